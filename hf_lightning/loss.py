@@ -1,0 +1,133 @@
+"""Loss helpers of the reference Trainer: label smoothing, the window's label count, loss extraction.
+
+Spec part 1, section 4 (R4.1 - R4.3, R4.9). transformers is consulted lazily, and only for models that
+come from it, to decide whether a model's loss shifts its labels (causal LM).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class LabelSmoother:
+    """Label-smoothed cross entropy on a model's logits, normalised like the reference (R4.2)."""
+
+    def __init__(self, epsilon: float = 0.1, ignore_index: int = -100):
+        self.epsilon = epsilon
+        self.ignore_index = ignore_index
+
+    def __call__(self, model_output, labels, shift_labels: bool = False, num_items_in_batch=None):
+        logits = model_output["logits"] if isinstance(model_output, dict) else model_output[0]
+        if shift_labels:
+            logits = logits[..., :-1, :].contiguous()
+            labels = labels[..., 1:].contiguous()
+        log_probs = -nn.functional.log_softmax(logits, dim=-1)
+        if labels.dim() == log_probs.dim() - 1:
+            labels = labels.unsqueeze(-1)
+        padding_mask = labels.eq(self.ignore_index)
+        labels = torch.clamp(labels, min=0)
+        nll_loss = log_probs.gather(dim=-1, index=labels)
+        smoothed_loss = log_probs.sum(dim=-1, keepdim=True, dtype=torch.float32)
+        nll_loss.masked_fill_(padding_mask, 0.0)
+        smoothed_loss.masked_fill_(padding_mask, 0.0)
+        if num_items_in_batch is None:
+            denominator = padding_mask.numel() - padding_mask.long().sum()
+        elif torch.is_tensor(num_items_in_batch):
+            denominator = num_items_in_batch.to(nll_loss.device)
+        else:
+            denominator = num_items_in_batch
+        nll_loss = nll_loss.sum() / denominator
+        smoothed_loss = smoothed_loss.sum() / (denominator * log_probs.shape[-1])
+        return (1 - self.epsilon) * nll_loss + self.epsilon * smoothed_loss
+
+
+def _transformers_module():
+    """transformers if the user's program already imported it (a transformers model implies it)."""
+    return sys.modules.get("transformers")
+
+
+def _is_transformers_model(model: nn.Module) -> bool:
+    return type(model).__module__.startswith("transformers.") and _transformers_module() is not None
+
+
+def unwrap_peft(model: nn.Module) -> nn.Module:
+    """The base model of a PEFT wrapper, else the model itself."""
+    if type(model).__name__.startswith("Peft") and hasattr(model, "get_base_model"):
+        return model.get_base_model()
+    return model
+
+
+def is_causal_lm_class(model: nn.Module) -> bool:
+    """Whether the reference shifts labels for the label smoother: the class is a causal-LM head (R4.2)."""
+    model = unwrap_peft(model)
+    if not _is_transformers_model(model):
+        return False
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return model._get_name() in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()
+
+
+def loss_shifts_labels(model: nn.Module) -> bool:
+    """Whether the window count uses `labels[..., 1:]`: the model's loss is the causal-LM loss (R4.3)."""
+    model = unwrap_peft(model)
+    if not _is_transformers_model(model):
+        return False
+    from transformers.loss.loss_utils import LOSS_MAPPING, ForCausalLMLoss
+
+    is_encoder_decoder = getattr(getattr(model, "config", None), "is_encoder_decoder", False)
+    return LOSS_MAPPING.get(getattr(model, "loss_type", None)) is ForCausalLMLoss and not is_encoder_decoder
+
+
+def count_items_in_window(batches: Sequence[Mapping[str, Any]], shifts_labels: bool) -> torch.Tensor | None:
+    """Label entries != -100 over every micro-batch of a window (R4.3); None when labels are not tensors."""
+    try:
+        labels = [
+            batch["shift_labels"]
+            if "shift_labels" in batch
+            else batch["labels"][..., 1:]
+            if shifts_labels
+            else batch["labels"]
+            for batch in batches
+        ]
+        return sum(label.ne(-100).sum() for label in labels)
+    except (TypeError, AttributeError):
+        return None
+
+
+def extract_loss(outputs: Any, inputs: Mapping[str, Any]) -> torch.Tensor:
+    """The loss a model returned: `outputs["loss"]` for mappings, else the first element (R4.1)."""
+    if isinstance(outputs, dict) and "loss" not in outputs:
+        raise ValueError(
+            "The model did not return a loss from the inputs, only the following keys: "
+            f"{','.join(outputs.keys())}. For reference, the inputs it received are {','.join(inputs.keys())}."
+        )
+    return outputs["loss"] if isinstance(outputs, dict) else outputs[0]
+
+
+def neftune_post_forward_hook(module: nn.Module, inputs, output: torch.Tensor) -> torch.Tensor:
+    """Add uniform noise of magnitude alpha / sqrt(L * d) to embeddings in training mode (R4.9)."""
+    if module.training:
+        dims = torch.tensor(output.size(1) * output.size(2))
+        mag_norm = module.neftune_noise_alpha / torch.sqrt(dims)
+        output = output + torch.zeros_like(output).uniform_(-mag_norm, mag_norm)
+    return output
+
+
+def activate_neftune(model: nn.Module, neftune_noise_alpha: float):
+    """Attach the NEFTune hook to the model's input embeddings; returns the hook handle."""
+    embeddings = unwrap_peft(model).get_input_embeddings()
+    embeddings.neftune_noise_alpha = neftune_noise_alpha
+    return embeddings.register_forward_hook(neftune_post_forward_hook)
+
+
+def deactivate_neftune(model: nn.Module, hook_handle) -> None:
+    """Remove the NEFTune hook installed by `activate_neftune`."""
+    embeddings = unwrap_peft(model).get_input_embeddings()
+    hook_handle.remove()
+    if hasattr(embeddings, "neftune_noise_alpha"):
+        del embeddings.neftune_noise_alpha

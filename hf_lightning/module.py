@@ -1,0 +1,161 @@
+"""The LightningModule that runs the reference Trainer's update step on Lightning's loop.
+
+One Lightning `training_step` is one optimizer update (manual optimization, see docs/design.md):
+it pulls the accumulation window through the facade's `get_batch_samples`, runs each micro-batch
+through the facade's `training_step`, clips, steps the optimizer through Lightning, steps the
+scheduler and hands the step boundary back to the facade, which logs, evaluates and saves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import lightning.pytorch as pl
+import torch
+
+from hf_lightning import schedule
+
+if TYPE_CHECKING:
+    from hf_lightning.trainer import HFLightningTrainer
+
+# Lightning flags the iterator-taking `training_step` as experimental; we rely on it on purpose.
+warnings.filterwarnings("ignore", message=".*dataloader_iter.*", module="lightning")
+warnings.filterwarnings("ignore", message=".*`isinstance\\(treespec, LeafSpec\\)`.*")
+
+
+class _BatchIterator(Iterator):
+    """Lightning's dataloader iterator, yielding plain batches already moved to the device.
+
+    Lightning's fetcher yields `(batch, batch_idx, dataloader_idx)`; the reference's epoch iterator
+    yields device batches, which is what `get_batch_samples` and user overrides expect.
+    """
+
+    def __init__(self, lightning_iterator: Iterator, module: HFLightningModule):
+        self._lightning_iterator = lightning_iterator
+        self._module = module
+
+    def __next__(self) -> Any:
+        batch, _, _ = next(self._lightning_iterator)
+        trainer = self._module.trainer
+        batch = self._module._on_before_batch_transfer(batch, dataloader_idx=0)
+        return trainer.strategy.batch_to_device(batch, dataloader_idx=0)
+
+
+class HFLightningModule(pl.LightningModule):
+    """Wraps the user's model; every step delegates to the facade's overridable methods."""
+
+    def __init__(self, facade: HFLightningTrainer):
+        super().__init__()
+        self.automatic_optimization = False
+        self.model = facade.model
+        # A plain attribute (not a submodule): the facade is not part of the module tree.
+        object.__setattr__(self, "_facade", facade)
+        self._micro_batch_index = -1
+
+    @property
+    def facade(self) -> HFLightningTrainer:
+        return self._facade
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model(*args, **kwargs)
+
+    # ---- optimizers -------------------------------------------------------------------------
+    def configure_optimizers(self):
+        """The facade builds the optimizer and scheduler in the reference's order (after the dataloader)."""
+        facade = self.facade
+        facade.create_optimizer()
+        facade.create_scheduler(num_training_steps=facade.state.max_steps)
+        # The scheduler is stepped by us after each update, never by Lightning.
+        return facade.optimizer
+
+    # ---- epochs -----------------------------------------------------------------------------
+    def on_train_epoch_start(self) -> None:
+        self._micro_batch_index = -1
+        self.facade._on_epoch_begin(self.current_epoch)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+        # A callback asked to end the epoch (or the run) after the previous update: stop before
+        # any data of the next window is drawn, as the reference's loop breaks.
+        control = self.facade.control
+        if control.should_epoch_stop or control.should_training_stop:
+            return -1
+        return None
+
+    def on_train_epoch_end(self) -> None:
+        self.facade._on_epoch_end(self.current_epoch, self._micro_batch_index)
+        if self.facade.control.should_training_stop:
+            self.trainer.should_stop = True
+
+    # ---- one optimizer update ------------------------------------------------------------------
+    def training_step(self, dataloader_iter: Iterator) -> None:
+        facade = self.facade
+        run = facade._run
+        epoch_iterator = _BatchIterator(dataloader_iter, self)
+        update_index = run.updates_done_in_epoch
+        num_batches = schedule.window_size(
+            update_index, run.values.num_update_steps_per_epoch, run.values.steps_in_epoch, run.ga
+        )
+        batch_samples, num_items_in_batch = facade.get_batch_samples(epoch_iterator, num_batches, self.device)
+        run.updates_done_in_epoch += 1
+        facade.current_gradient_accumulation_steps = len(batch_samples)
+        model = facade.model_wrapped
+        for index, inputs in enumerate(batch_samples):
+            self._micro_batch_index += 1
+            step = self._micro_batch_index
+            do_sync_step = schedule.is_sync_step(step, run.values.steps_in_epoch, run.ga)
+            if step % run.ga == 0:
+                facade._fire("on_step_begin")
+            with self._sync_context(is_last_in_window=index == len(batch_samples) - 1):
+                loss_step = facade.training_step(model, inputs, num_items_in_batch)
+            facade._accumulate_loss(loss_step)
+            facade.current_flos += float(facade.floating_point_ops(inputs))
+            facade._track_num_input_tokens(inputs)
+            if do_sync_step:
+                self._optimizer_update(step)
+            else:
+                facade._fire("on_substep_end")
+            control = facade.control
+            if control.should_epoch_stop or control.should_training_stop:
+                break
+        if facade.control.should_training_stop:
+            self.trainer.should_stop = True
+
+    def _sync_context(self, is_last_in_window: bool):
+        """Gradient all-reduce only on the window's last micro-batch (R2.5)."""
+        if is_last_in_window:
+            return contextlib.nullcontext()
+        strategy_model = getattr(self.trainer.strategy, "model", None)
+        no_sync = getattr(strategy_model, "no_sync", None)
+        return no_sync() if callable(no_sync) and strategy_model is not self else contextlib.nullcontext()
+
+    def _optimizer_update(self, micro_batch_index: int) -> None:
+        facade = self.facade
+        run = facade._run
+        optimizer = self.optimizers()
+        grad_norm = facade._clip_grad_norm(facade.model_wrapped)
+        facade._fire("on_pre_optimizer_step")
+        scale_before = self._grad_scale()
+        optimizer.step()
+        facade._fire("on_optimizer_step")
+        learning_rate = facade._get_learning_rate()
+        step_was_skipped = scale_before is not None and self._grad_scale() < scale_before
+        if not step_was_skipped and not facade._scheduler_waits_for_metrics():
+            facade.lr_scheduler.step()
+        facade.model_wrapped.zero_grad()
+        facade.state.global_step += 1
+        facade.state.epoch = schedule.epoch_float(self.current_epoch, micro_batch_index, run.values.steps_in_epoch)
+        facade._fire("on_step_end")
+        facade._last_grad_norm, facade._last_learning_rate = grad_norm, learning_rate
+        facade._maybe_log_save_evaluate(grad_norm, self.current_epoch, learning_rate=learning_rate)
+
+    def _grad_scale(self) -> float | None:
+        """The AMP loss scale (fp16 only): a drop after `step()` means the scaler skipped the step."""
+        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
+        return None if scaler is None else float(scaler.get_scale())
+
+    def backward_loss(self, loss: torch.Tensor) -> None:
+        """Backward through Lightning, so precision plugins and strategies see it."""
+        self.manual_backward(loss)

@@ -1,0 +1,182 @@
+"""One `train()` call: the reference's set-up and finalisation around Lightning's `fit`.
+
+Kept apart from the facade so `trainer.py` holds the overridable API and this module holds the
+orchestration (spec part 2, 1.4: the call order inside `train()`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import lightning.pytorch as pl
+import torch
+
+from hf_lightning import schedule
+from hf_lightning.lightning_bridge import build_lightning_trainer
+from hf_lightning.module import HFLightningModule
+from hf_lightning.outputs import TrainOutput
+from hf_lightning.seeding import seed_from_args
+
+if TYPE_CHECKING:
+    from hf_lightning.trainer import HFLightningTrainer
+
+logger = logging.getLogger(__name__)
+
+
+def run_training(
+    trainer: HFLightningTrainer,
+    resume_from_checkpoint: str | bool | None,
+    trial: Any,
+    ignore_keys_for_eval: list[str] | None,
+) -> TrainOutput:
+    """The reference's `train()`: model re-init, checkpointing hooks, then the (batch-size retrying) inner loop."""
+    from hf_lightning.trainer import speed_metrics
+
+    if resume_from_checkpoint is False:
+        resume_from_checkpoint = None
+    if resume_from_checkpoint is not None:
+        raise ValueError(
+            "train(resume_from_checkpoint=...) is not supported yet by hf_lightning: checkpoints are written in the "
+            "reference layout, but resuming from them lands with checkpoint resume support. Start a fresh run."
+        )
+    args = trainer.args
+    trainer.is_in_train = True
+    trainer._trial = trial
+    trainer._ignore_keys_for_eval = ignore_keys_for_eval
+    if trainer.model_init is not None:
+        seed_from_args(args)
+        trainer.model = trainer.call_model_init(trial)
+        trainer.optimizer, trainer.lr_scheduler = None, None
+        if trainer.place_model_on_device:
+            trainer.model.to(args.device)
+        trainer.model_wrapped = trainer.model
+    if (args.fp16_full_eval or args.bf16_full_eval) and not trainer.is_model_parallel and trainer.model_init is None:
+        trainer.model.to(args.device)
+    _enable_activation_checkpointing(trainer)
+    if trainer.neftune_noise_alpha is not None:
+        trainer._activate_neftune()
+    try:
+        return _inner_training_loop(trainer, speed_metrics)
+    finally:
+        if trainer.neftune_noise_alpha is not None and hasattr(trainer, "neftune_hook_handle"):
+            trainer._deactivate_neftune()
+        trainer.is_in_train = False
+
+
+def _enable_activation_checkpointing(trainer: HFLightningTrainer) -> None:
+    args = trainer.args
+    if not args.activation_checkpointing:
+        return
+    kwargs = dict(args.activation_checkpointing_kwargs or {})
+    every_n_layers = kwargs.pop("every_n_layers", 1)
+    offload = kwargs.pop("offload", False)
+    model = trainer.model
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs=kwargs or None, every_n_layers=every_n_layers, offload=offload
+        )
+    elif hasattr(model, "gradient_checkpointing_enable"):
+        warnings.warn(
+            f"`{type(model).__name__}` only defines `gradient_checkpointing_enable`, which is deprecated; "
+            "define `activation_checkpointing_enable` instead.",
+            FutureWarning,
+            stacklevel=3,
+        )
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None)
+    else:
+        raise ValueError(
+            f"activation_checkpointing=True, but {type(model).__name__} has neither "
+            "`activation_checkpointing_enable` nor `gradient_checkpointing_enable`. Wrap its blocks with "
+            "torch.utils.checkpoint yourself, or set activation_checkpointing=False."
+        )
+
+
+def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOutput:
+    from hf_lightning.callbacks import TrainerState
+
+    args = trainer.args
+    train_dataloader = trainer.get_train_dataloader()
+    values = schedule.TrainingValues(*trainer.set_initial_training_values(args, train_dataloader))
+    trainer.state = TrainerState(stateful_callbacks=trainer._stateful_callbacks())
+    trainer.state.is_hyper_param_search = trainer._trial is not None
+    trainer.state.train_batch_size = trainer._train_batch_size
+    trainer.state.compute_steps(args, values.max_steps)
+    trainer.state.init_training_references(trainer, values.max_steps, values.num_train_epochs, trainer._trial)
+    if trainer._created_lr_scheduler:
+        trainer.lr_scheduler = None
+        trainer._created_lr_scheduler = False
+
+    logger.info("***** Running training *****")
+    logger.info(f"  Num examples = {values.num_examples:,}")
+    logger.info(f"  Num Epochs = {values.num_train_epochs:,}")
+    logger.info(f"  Total optimization steps = {values.max_steps:,}")
+
+    module = HFLightningModule(trainer)
+    trainer._lightning_module = module
+    lightning_trainer = build_lightning_trainer(trainer.plan, values, trainer.lightning_callbacks)
+    trainer.lightning_trainer = lightning_trainer
+
+    start_time = time.time()
+    trainer._run = _new_run(values, args.gradient_accumulation_steps, start_time)
+    trainer._initial_num_input_tokens_seen = trainer.state.num_input_tokens_seen
+    trainer._initial_global_step = trainer.state.global_step
+    trainer._tr_loss = torch.tensor(0.0, device=args.device)
+    trainer._total_loss_scalar = 0.0
+    trainer._globalstep_last_logged = trainer.state.global_step
+    trainer._last_grad_norm = None
+    trainer._last_learning_rate = None
+    trainer.model.zero_grad()
+
+    callback = _TrainBeginBridge(trainer, train_dataloader)
+    lightning_trainer.callbacks.insert(0, callback)
+    lightning_trainer.fit(module, train_dataloaders=train_dataloader)
+    return _finalize_training(trainer, values, start_time, speed_metrics)
+
+
+def _new_run(values: schedule.TrainingValues, ga: int, start_time: float):
+    from hf_lightning.trainer import _RunBookkeeping
+
+    return _RunBookkeeping(values=values, ga=ga, start_time=start_time)
+
+
+class _TrainBeginBridge(pl.Callback):
+    """Fires the reference's `on_train_begin` once Lightning has set up the optimizer and scheduler."""
+
+    def __init__(self, trainer: HFLightningTrainer, train_dataloader):
+        self._trainer = trainer
+        self._train_dataloader = train_dataloader
+
+    def on_train_start(self, lightning_trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        facade = self._trainer
+        handler = facade.callback_handler
+        handler.model = facade.model
+        handler.optimizer = facade.optimizer
+        handler.lr_scheduler = facade.lr_scheduler
+        handler.train_dataloader = self._train_dataloader
+        facade._fire("on_train_begin")
+        if facade.args.eval_on_start:
+            facade._evaluate(facade._trial, facade._ignore_keys_for_eval, skip_scheduler=True)
+
+
+def _finalize_training(trainer: HFLightningTrainer, values, start_time: float, speed_metrics) -> TrainOutput:
+    trainer._total_loss_scalar += trainer._tr_loss.item()
+    num_steps_trained = trainer.state.global_step - trainer._initial_global_step
+    train_loss = trainer._total_loss_scalar / max(num_steps_trained, 0.001)
+    metrics = speed_metrics(
+        "train",
+        start_time,
+        num_samples=values.num_train_samples * num_steps_trained / max(trainer.state.max_steps, 1),
+        num_steps=num_steps_trained,
+    )
+    trainer.store_flos()
+    metrics["total_flos"] = trainer.state.total_flos
+    metrics["train_loss"] = train_loss
+    trainer.log(metrics)
+    if trainer.args.load_best_model_at_end and trainer.state.best_model_checkpoint is not None:
+        trainer._load_best_model()
+    trainer._after_training_rotation()
+    trainer._fire("on_train_end")
+    return TrainOutput(trainer.state.global_step, train_loss, metrics)

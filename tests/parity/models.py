@@ -1,0 +1,108 @@
+"""Tiny seeded models and data sets shared by the parity tests (dropout 0, CPU, seconds each)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class RegressionMLP(nn.Module):
+    """A 2-layer MLP returning {"loss", "logits"}; its forward has no **kwargs (loss divided by GA)."""
+
+    def __init__(self, in_features: int = 4, hidden: int = 8):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(in_features, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        self.norm = nn.LayerNorm(in_features)
+
+    def forward(self, x, labels=None):
+        logits = self.net(self.norm(x)).squeeze(-1)
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = nn.functional.mse_loss(logits, labels)
+        return out
+
+
+class ListDataset(Dataset):
+    """A list of dict items (the reference's default collator stacks them)."""
+
+    def __init__(self, items: list[dict]):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict:
+        return self.items[index]
+
+
+def regression_data(n: int = 10, in_features: int = 4, seed: int = 0) -> ListDataset:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, in_features, generator=generator)
+    y = x.sum(-1) * 0.5 + 0.1 * torch.randn(n, generator=generator)
+    return ListDataset([{"x": x[i], "labels": y[i]} for i in range(n)])
+
+
+def make_regression_mlp(seed: int = 0) -> RegressionMLP:
+    torch.manual_seed(seed)
+    return RegressionMLP()
+
+
+def make_tiny_bert_classifier(seed: int = 0, num_labels: int = 2):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=64,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=num_labels,
+    )
+    return BertForSequenceClassification(config)
+
+
+def classification_data(n: int = 12, seq_len: int = 8, seed: int = 0, vocab: int = 64) -> ListDataset:
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (n, seq_len), generator=generator)
+    labels = torch.randint(0, 2, (n,), generator=generator)
+    return ListDataset(
+        [{"input_ids": ids[i], "attention_mask": torch.ones(seq_len, dtype=torch.long), "labels": labels[i]} for i in range(n)]
+    )
+
+
+def make_tiny_gpt2(seed: int = 0):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=64,
+        n_positions=32,
+        n_embd=16,
+        n_layer=2,
+        n_head=2,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        pad_token_id=0,
+    )
+    return GPT2LMHeadModel(config)
+
+
+def padded_lm_data(n: int = 12, max_len: int = 10, seed: int = 0, vocab: int = 64) -> ListDataset:
+    """Right-padded causal-LM items of varying length: padding is 0 in input_ids and -100 in labels."""
+    generator = torch.Generator().manual_seed(seed)
+    items = []
+    for _ in range(n):
+        length = int(torch.randint(3, max_len + 1, (1,), generator=generator))
+        ids = torch.zeros(max_len, dtype=torch.long)
+        ids[:length] = torch.randint(1, vocab, (length,), generator=generator)
+        mask = (torch.arange(max_len) < length).long()
+        labels = ids.clone()
+        labels[length:] = -100
+        items.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+    return ListDataset(items)
