@@ -28,12 +28,12 @@ from hf_lightning.args import TrainingArguments, as_training_arguments
 from hf_lightning.callbacks import (
     CallbackHandler,
     DefaultFlowCallback,
-    ExportableState,
     PrinterCallback,
     ProgressCallback,
     TrainerCallback,
     TrainerControl,
     TrainerState,
+    is_exportable_state,
 )
 from hf_lightning.checkpoint import CheckpointMixin
 from hf_lightning.collate import pick_default_collator
@@ -238,7 +238,7 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
             raise TypeError("The `data_collator` should be a simple callable (function, class with `__call__`).")
 
     def _stateful_callbacks(self) -> list:
-        return [cb for cb in self.callback_handler.callbacks + [self.control] if isinstance(cb, ExportableState)]
+        return [cb for cb in self.callback_handler.callbacks + [self.control] if is_exportable_state(cb)]
 
     # ---- callbacks ------------------------------------------------------------------------------
     def add_callback(self, callback: type[TrainerCallback] | TrainerCallback) -> None:

@@ -1,0 +1,28 @@
+"""The callback system of hf_lightning: run state, control flags, events, the default flow and printing.
+
+Mirrors transformers' `trainer_callback.py` without importing transformers; transformers' callbacks are
+accepted by `CallbackHandler` as well.
+"""
+
+from .base import EVENTS, CallbackHandler, TrainerCallback
+from .early_stopping import EarlyStoppingCallback, EarlyStoppingConfigError
+from .flow import DefaultFlowCallback
+from .printing import PrinterCallback, ProgressCallback, has_length
+from .state import ExportableState, TrainerControl, TrainerState, hp_params, is_exportable_state
+
+__all__ = [
+    "EVENTS",
+    "CallbackHandler",
+    "DefaultFlowCallback",
+    "EarlyStoppingCallback",
+    "EarlyStoppingConfigError",
+    "ExportableState",
+    "PrinterCallback",
+    "ProgressCallback",
+    "TrainerCallback",
+    "TrainerControl",
+    "TrainerState",
+    "has_length",
+    "hp_params",
+    "is_exportable_state",
+]

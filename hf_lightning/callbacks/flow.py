@@ -1,0 +1,66 @@
+"""`DefaultFlowCallback`: decides when the loop logs, evaluates, saves and stops (the reference's rules)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from .base import TrainerCallback
+from .state import TrainerControl, TrainerState
+
+
+def _strategy(value: Any) -> Any:
+    """The plain string of a strategy, whether given as our enum, transformers' enum or a str."""
+    return value.value if isinstance(value, Enum) else value
+
+
+class DefaultFlowCallback(TrainerCallback):
+    """Sets `should_log` / `should_evaluate` / `should_save` / `should_training_stop` at step and epoch ends.
+
+    Reads the strategies from `args` and the resolved step intervals from `state` (spec part 2, 4.6 and 2.16).
+    """
+
+    def on_step_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> Any:
+        logging_strategy = _strategy(args.logging_strategy)
+        eval_strategy = _strategy(args.eval_strategy)
+        save_strategy = _strategy(args.save_strategy)
+
+        if state.global_step == 1 and args.logging_first_step:
+            control.should_log = True
+        if logging_strategy == "steps" and state.global_step % state.logging_steps == 0:
+            control.should_log = True
+
+        if (
+            eval_strategy == "steps"
+            and state.global_step % state.eval_steps == 0
+            and args.eval_delay <= state.global_step
+        ):
+            control.should_evaluate = True
+
+        if save_strategy == "steps" and state.save_steps > 0 and state.global_step % state.save_steps == 0:
+            control.should_save = True
+
+        if state.global_step >= state.max_steps:
+            control.should_training_stop = True
+            # Evaluate at the end unless this step already evaluates (no duplicate evaluation).
+            if (
+                eval_strategy == "steps"
+                and state.global_step % state.eval_steps != 0
+                and args.eval_delay <= state.global_step
+            ):
+                control.should_evaluate = True
+            # Always save the final step under the steps strategy (no forced log, though).
+            if save_strategy == "steps":
+                control.should_save = True
+
+        return control
+
+    def on_epoch_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> Any:
+        if _strategy(args.logging_strategy) == "epoch":
+            control.should_log = True
+        # eval_delay counts (float) epochs under the epoch strategy.
+        if _strategy(args.eval_strategy) == "epoch" and args.eval_delay <= state.epoch:
+            control.should_evaluate = True
+        if _strategy(args.save_strategy) == "epoch":
+            control.should_save = True
+        return control
