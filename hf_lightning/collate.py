@@ -1,0 +1,163 @@
+"""Batch collation with the reference's behaviour, quirks included (spec R3.10, R3.11).
+
+Ports of transformers' `default_data_collator` (torch flavour), `DataCollatorWithPadding` and
+`RemoveColumnsCollator`, so that transformers stays optional.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+# Classes for which the reference's Trainer picks `DataCollatorWithPadding` (an isinstance check there).
+_PADDING_PROCESSOR_BASES = frozenset({"PreTrainedTokenizerBase", "SequenceFeatureExtractor"})
+
+
+def default_data_collator(features: Sequence[Any], return_tensors: str = "pt") -> dict[str, Any]:
+    """Stack a list of dict-like examples into a batch of tensors, exactly as the reference does.
+
+    Keys are decided by the first example; `label` / `label_ids` become `labels`; strings and `None`
+    are dropped; non-mapping examples go through `vars()` (so tuples raise TypeError).
+    """
+    if return_tensors != "pt":
+        raise ValueError(
+            f"default_data_collator: return_tensors={return_tensors!r} is not supported; hf_lightning "
+            "collates to torch tensors, use return_tensors='pt'."
+        )
+    if not isinstance(features[0], Mapping):
+        features = [vars(f) for f in features]
+    first = features[0]
+    batch: dict[str, Any] = {}
+
+    if "label" in first and first["label"] is not None:
+        label = first["label"].item() if isinstance(first["label"], torch.Tensor) else first["label"]
+        dtype = torch.long if isinstance(label, (int, np.integer)) else torch.float
+        batch["labels"] = torch.tensor([f["label"] for f in features], dtype=dtype)
+    elif "label_ids" in first and first["label_ids"] is not None:
+        if isinstance(first["label_ids"], torch.Tensor):
+            batch["labels"] = torch.stack([f["label_ids"] for f in features])
+        else:
+            dtype = torch.long if isinstance(first["label_ids"][0], (int, np.integer)) else torch.float
+            batch["labels"] = torch.tensor([f["label_ids"] for f in features], dtype=dtype)
+
+    for key, value in first.items():
+        if key in ("label", "label_ids") or value is None or isinstance(value, str):
+            continue
+        if isinstance(value, torch.Tensor):
+            batch[key] = torch.stack([f[key] for f in features])
+        elif isinstance(value, np.ndarray):
+            batch[key] = torch.from_numpy(np.stack([f[key] for f in features]))
+        else:
+            batch[key] = torch.tensor([f[key] for f in features])
+    return batch
+
+
+@dataclass
+class DataCollatorWithPadding:
+    """Pad a batch with the tokenizer's own `pad` method, then rename `label`/`label_ids` to `labels`."""
+
+    tokenizer: Any
+    padding: bool | str = True
+    max_length: int | None = None
+    pad_to_multiple_of: int | None = None
+    return_tensors: str = "pt"
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = _pad_quietly(
+            self.tokenizer,
+            features,
+            padding=self.padding,
+            max_length=self.max_length,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            return_tensors=self.return_tensors,
+        )
+        if "label" in batch:
+            batch["labels"] = batch["label"]
+            del batch["label"]
+        if "label_ids" in batch:
+            batch["labels"] = batch["label_ids"]
+            del batch["label_ids"]
+        return batch
+
+
+def _pad_quietly(tokenizer: Any, *pad_args: Any, **pad_kwargs: Any) -> Any:
+    # Fast tokenizers warn that calling `pad` is slower than `__call__`; the reference silences it here.
+    warnings_state = getattr(tokenizer, "deprecation_warnings", None)
+    if warnings_state is None:
+        return tokenizer.pad(*pad_args, **pad_kwargs)
+    previous = warnings_state.get("Asking-to-pad-a-fast-tokenizer", False)
+    warnings_state["Asking-to-pad-a-fast-tokenizer"] = True
+    try:
+        return tokenizer.pad(*pad_args, **pad_kwargs)
+    finally:
+        warnings_state["Asking-to-pad-a-fast-tokenizer"] = previous
+
+
+class RemoveColumnsCollator:
+    """Drop the keys the model's `forward` does not accept from each dict example, then collate (R3.11).
+
+    Non-dict examples pass through untouched, as in the reference.
+    """
+
+    def __init__(
+        self,
+        data_collator: Callable[[list[Any]], Any],
+        signature_columns: Sequence[str],
+        logger: logging.Logger | None = None,
+        model_name: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        self.data_collator = data_collator
+        self.signature_columns = signature_columns
+        self.logger = logger
+        self.description = description
+        self.model_name = model_name
+        self.message_logged = False
+
+    def _remove_columns(self, feature: Any) -> Any:
+        if not isinstance(feature, dict):
+            return feature
+        if not self.message_logged and self.logger and self.model_name:
+            ignored_columns = list(set(feature.keys()) - set(self.signature_columns))
+            if len(ignored_columns) > 0:
+                self.logger.info(ignored_columns_message(ignored_columns, self.model_name, self.description))
+                self.message_logged = True
+        return {k: v for k, v in feature.items() if k in self.signature_columns}
+
+    def __call__(self, features: list[Any]) -> Any:
+        return self.data_collator([self._remove_columns(feature) for feature in features])
+
+
+def ignored_columns_message(ignored_columns: Sequence[str], model_name: str, description: str | None) -> str:
+    """The reference's info message listing the columns dropped because `forward` does not take them."""
+    dset_description = "" if description is None else f"in the {description} set"
+    names = ", ".join(ignored_columns)
+    return (
+        f"The following columns {dset_description} don't have a corresponding argument in "
+        f"`{model_name}.forward` and have been ignored: {names}."
+        f" If {names} are not expected by `{model_name}.forward`, "
+        " you can safely ignore this message."
+    )
+
+
+def is_padding_processor(processing_class: Any) -> bool:
+    """True for a transformers tokenizer or sequence feature extractor (checked by class, no import)."""
+    return any(
+        cls.__name__ in _PADDING_PROCESSOR_BASES and cls.__module__.startswith("transformers.")
+        for cls in type(processing_class).__mro__
+    )
+
+
+def pick_default_collator(processing_class: Any = None) -> Callable[[list[Any]], Any]:
+    """The reference's default: `DataCollatorWithPadding` for a tokenizer / sequence feature extractor,
+    else `default_data_collator`."""
+    if processing_class is not None and is_padding_processor(processing_class):
+        return DataCollatorWithPadding(processing_class)
+    return default_data_collator
