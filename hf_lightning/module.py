@@ -146,7 +146,9 @@ class HFLightningModule(pl.LightningModule):
             facade.lr_scheduler.step()
         facade.model_wrapped.zero_grad()
         facade.state.global_step += 1
-        facade.state.epoch = schedule.epoch_float(self.current_epoch, micro_batch_index, run.values.steps_in_epoch)
+        facade.state.epoch = schedule.epoch_float(
+            self.current_epoch, micro_batch_index, run.values.steps_in_epoch
+        )
         facade._fire("on_step_end")
         facade._last_grad_norm, facade._last_learning_rate = grad_norm, learning_rate
         facade._maybe_log_save_evaluate(grad_norm, self.current_epoch, learning_rate=learning_rate)

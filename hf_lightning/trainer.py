@@ -107,7 +107,9 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
             model = self.call_model_init()
         else:
             if model_init is not None:
-                raise ValueError("`Trainer` requires either a `model` or `model_init` argument, but not both.")
+                raise ValueError(
+                    "`Trainer` requires either a `model` or `model_init` argument, but not both."
+                )
             self.model_init = model_init
 
         self.is_model_parallel = _is_model_parallel(model)
@@ -116,7 +118,9 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
         if args.place_model_on_device is not None:
             self.place_model_on_device = args.place_model_on_device
         else:
-            self.place_model_on_device = not (self.is_model_parallel or args.fp16_full_eval or args.bf16_full_eval)
+            self.place_model_on_device = not (
+                self.is_model_parallel or args.fp16_full_eval or args.bf16_full_eval
+            )
         if self.place_model_on_device:
             model.to(args.device)
         self.model_wrapped = model
@@ -130,7 +134,9 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
         self._loss_shifts_labels = loss_shifts_labels(base_model)
         self.label_smoother = self._build_label_smoother()
 
-        self.data_collator = data_collator if data_collator is not None else pick_default_collator(processing_class)
+        self.data_collator = (
+            data_collator if data_collator is not None else pick_default_collator(processing_class)
+        )
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
         self.processing_class = processing_class
@@ -207,13 +213,17 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
                 "You should subclass `Trainer` and override the `create_optimizer_and_scheduler` method."
             )
         if self.optimizer_cls_and_kwargs is not None and self.optimizer is not None:
-            raise RuntimeError("Passing both `optimizers` and `optimizer_cls_and_kwargs` arguments is incompatible.")
+            raise RuntimeError(
+                "Passing both `optimizers` and `optimizer_cls_and_kwargs` arguments is incompatible."
+            )
         if _value(args.eval_strategy) != "no" and self.eval_dataset is None:
             raise ValueError(
                 f"You have set `args.eval_strategy` to {_value(args.eval_strategy)} but you didn't pass an "
                 "`eval_dataset` to `Trainer`. Either set `args.eval_strategy` to `no` or pass an `eval_dataset`."
             )
-        if (_value(args.save_strategy) == "best" or args.load_best_model_at_end) and args.metric_for_best_model is None:
+        if (
+            _value(args.save_strategy) == "best" or args.load_best_model_at_end
+        ) and args.metric_for_best_model is None:
             raise ValueError(
                 "`args.metric_for_best_model` must be provided when using 'best' save_strategy or if "
                 "`args.load_best_model_at_end` is set to `True`."
@@ -235,7 +245,9 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
             and not callable(self.data_collator)
             and callable(getattr(self.data_collator, "collate_batch", None))
         ):
-            raise TypeError("The `data_collator` should be a simple callable (function, class with `__call__`).")
+            raise TypeError(
+                "The `data_collator` should be a simple callable (function, class with `__call__`)."
+            )
 
     def _stateful_callbacks(self) -> list:
         return [cb for cb in self.callback_handler.callbacks + [self.control] if is_exportable_state(cb)]
@@ -289,6 +301,8 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
             data_collator=self.data_collator,
             model=self.model,
             processing_class=self.processing_class,
+            world_size=self.args.world_size,
+            process_index=self.args.process_index,
             batch_size=self._train_batch_size,
         )
 
@@ -354,7 +368,9 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
         return optim_layer.get_decay_parameter_names(model)
 
     @staticmethod
-    def get_optimizer_cls_and_kwargs(args: TrainingArguments, model: nn.Module | None = None) -> tuple[Any, Any]:
+    def get_optimizer_cls_and_kwargs(
+        args: TrainingArguments, model: nn.Module | None = None
+    ) -> tuple[Any, Any]:
         """Optimizer class and keyword arguments for `args.optim` (R5.1)."""
         return optim_layer.get_optimizer_cls_and_kwargs(args, model)
 
@@ -365,12 +381,18 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
             decay_parameters = self.get_decay_parameter_names(opt_model)
             grouped = [
                 {
-                    "params": [p for n, p in opt_model.named_parameters() if n in decay_parameters and p.requires_grad],
+                    "params": [
+                        p
+                        for n, p in opt_model.named_parameters()
+                        if n in decay_parameters and p.requires_grad
+                    ],
                     "weight_decay": self.args.weight_decay,
                 },
                 {
                     "params": [
-                        p for n, p in opt_model.named_parameters() if n not in decay_parameters and p.requires_grad
+                        p
+                        for n, p in opt_model.named_parameters()
+                        if n not in decay_parameters and p.requires_grad
                     ],
                     "weight_decay": 0.0,
                 },
@@ -379,7 +401,9 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
                 optimizer_cls, optimizer_kwargs = self.optimizer_cls_and_kwargs
             else:
                 optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
-            self.optimizer = optim_layer.instantiate_optimizer(optimizer_cls, optimizer_kwargs, grouped, opt_model)
+            self.optimizer = optim_layer.instantiate_optimizer(
+                optimizer_cls, optimizer_kwargs, grouped, opt_model
+            )
         return self.optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
@@ -403,13 +427,17 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
     def get_learning_rates(self) -> list[float]:
         """The learning rate of each parameter group."""
         if self.optimizer is None:
-            raise ValueError("Trainer optimizer is None, please make sure you have setup the optimizer before.")
+            raise ValueError(
+                "Trainer optimizer is None, please make sure you have setup the optimizer before."
+            )
         return [group["lr"] for group in self.optimizer.param_groups]
 
     def get_optimizer_group(self, param: str | torch.nn.parameter.Parameter | None = None):
         """The parameter group holding `param` (matched by identity), or every group's parameters."""
         if self.optimizer is None:
-            raise ValueError("Trainer optimizer is None, please make sure you have setup the optimizer before.")
+            raise ValueError(
+                "Trainer optimizer is None, please make sure you have setup the optimizer before."
+            )
         if param is not None:
             for group in self.optimizer.param_groups:
                 if any(p is param for p in group["params"]):
@@ -461,7 +489,9 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
         ).as_tuple()
 
     # ---- one micro-batch -----------------------------------------------------------------------------------
-    def get_batch_samples(self, epoch_iterator: Iterator, num_batches: int, device: torch.device) -> tuple[list, Any]:
+    def get_batch_samples(
+        self, epoch_iterator: Iterator, num_batches: int, device: torch.device
+    ) -> tuple[list, Any]:
         """Pull up to `num_batches` micro-batches (fewer at exhaustion) and count the window's labels."""
         batch_samples = []
         for _ in range(num_batches):
@@ -477,12 +507,16 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
             and "labels" in batch_samples[0]
             and (self.model_accepts_loss_kwargs or self.compute_loss_func is not None)
         )
-        num_items_in_batch = count_items_in_window(batch_samples, self._loss_shifts_labels) if counts else None
+        num_items_in_batch = (
+            count_items_in_window(batch_samples, self._loss_shifts_labels) if counts else None
+        )
         if num_items_in_batch is not None and torch.is_tensor(num_items_in_batch):
             num_items_in_batch = num_items_in_batch.to(device)
             if self.args.average_tokens_across_devices and self.args.world_size > 1:
                 num_items_in_batch = self._all_reduce_sum(num_items_in_batch)
-            num_items_in_batch = num_items_in_batch / (self.get_tp_size() * self.get_cp_size() * self.get_sp_size())
+            num_items_in_batch = num_items_in_batch / (
+                self.get_tp_size() * self.get_cp_size() * self.get_sp_size()
+            )
         return num_items_in_batch
 
     def _all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -491,7 +525,9 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
             torch.distributed.all_reduce(tensor)
         return tensor
 
-    def training_step(self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
+    def training_step(
+        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None
+    ) -> torch.Tensor:
         """Forward, loss, the reference's accumulation scaling and backward (through Lightning) of one micro-batch."""
         model.train()
         if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
@@ -540,7 +576,9 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
             loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
         elif labels is not None:
             shift = is_causal_lm_class(model)
-            loss = self.label_smoother(outputs, labels, shift_labels=shift, num_items_in_batch=num_items_in_batch)
+            loss = self.label_smoother(
+                outputs, labels, shift_labels=shift, num_items_in_batch=num_items_in_batch
+            )
         else:
             loss = extract_loss(outputs, inputs)
         if (
@@ -638,7 +676,11 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
         """Clip at `max_grad_norm` (or only measure with clipping off) and return the pre-clip norm (R4.8)."""
         max_norm = self.args.max_grad_norm if self.args.max_grad_norm > 0 else float("inf")
         parameters = [p for p in model.parameters() if p.grad is not None]
-        scaler = getattr(self.lightning_trainer.precision_plugin, "scaler", None) if self.lightning_trainer else None
+        scaler = (
+            getattr(self.lightning_trainer.precision_plugin, "scaler", None)
+            if self.lightning_trainer
+            else None
+        )
         if scaler is not None:
             # Lightning unscales inside `optimizer.step()`; measure on unscaled values and clip the scaled
             # gradients by the same factor, which is what unscale-then-clip does.
@@ -649,7 +691,9 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
             return norm
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
 
-    def _maybe_log_save_evaluate(self, grad_norm: Any, epoch: int, learning_rate: float | None = None) -> None:
+    def _maybe_log_save_evaluate(
+        self, grad_norm: Any, epoch: int, learning_rate: float | None = None
+    ) -> None:
         """Log, then evaluate, then save, as the flow callbacks decided (spec part 2, 2.17)."""
         if self.control.should_log and self.state.global_step > self._globalstep_last_logged:
             logs: dict[str, float] = {}
@@ -673,7 +717,11 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
 
     def _gather_mean(self, tensor: torch.Tensor) -> torch.Tensor:
-        if self.args.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+        if (
+            self.args.world_size > 1
+            and torch.distributed.is_available()
+            and torch.distributed.is_initialized()
+        ):
             return self._all_reduce_sum(tensor.detach()) / self.args.world_size
         return tensor.detach()
 
@@ -681,6 +729,8 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
         self._run.updates_done_in_epoch = 0
         self._last_grad_norm, self._last_learning_rate = None, None
         self._fire("on_epoch_begin")
+        # Before Lightning draws the epoch's first batch: the sampler order of epoch `epoch` (R3.2).
+        data_layer.set_train_epoch(self.callback_handler.train_dataloader, epoch)
 
     def _on_epoch_end(self, epoch: int, last_micro_batch_index: int) -> None:
         if last_micro_batch_index < 0:
@@ -782,11 +832,14 @@ def _fold_tokenizer_alias(processing_class: Any, deprecated_kwargs: dict[str, An
         stacklevel=3,
     )
     if processing_class is not None and processing_class is not tokenizer:
-        raise ValueError("Both `tokenizer` and `processing_class` were given with different objects; pass only one.")
+        raise ValueError(
+            "Both `tokenizer` and `processing_class` were given with different objects; pass only one."
+        )
     return tokenizer
 
 
 Trainer = HFLightningTrainer
+
 
 def _public_signature(init: Callable) -> inspect.Signature:
     """The reference's constructor signature: the hidden v4 `tokenizer=` keyword is not advertised."""

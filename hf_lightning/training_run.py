@@ -53,7 +53,11 @@ def run_training(
         if trainer.place_model_on_device:
             trainer.model.to(args.device)
         trainer.model_wrapped = trainer.model
-    if (args.fp16_full_eval or args.bf16_full_eval) and not trainer.is_model_parallel and trainer.model_init is None:
+    if (
+        (args.fp16_full_eval or args.bf16_full_eval)
+        and not trainer.is_model_parallel
+        and trainer.model_init is None
+    ):
         trainer.model.to(args.device)
     _enable_activation_checkpointing(trainer)
     if trainer.neftune_noise_alpha is not None:

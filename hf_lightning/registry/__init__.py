@@ -1,0 +1,1 @@
+"""Field handlers of the argument registry, grouped by theme (see `hf_lightning.field_registry`)."""

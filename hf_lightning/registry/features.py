@@ -1,0 +1,30 @@
+"""Which engine features have landed: the switchboard the field handlers consult.
+
+A field whose feature has not landed is accepted at its default value (noted as
+"not-applicable" or "warned") and refused with a message when its value would change what
+`train()` does. Flip an entry to True when the feature lands; the registry tests then expect
+the "honoured" path for that feature's fields.
+"""
+
+from __future__ import annotations
+
+# feature name -> (landed, what it covers, in the user's words)
+FEATURES: dict[str, tuple[bool, str]] = {
+    "evaluation": (False, "evaluation (during training and through evaluate()/predict())"),
+    "checkpoints": (False, "checkpoint saving, rotation and resuming"),
+    "hub": (False, "Hugging Face Hub support"),
+    "memory_metrics": (False, "memory metrics (skip_memory_metrics=False)"),
+    "generation": (False, "generation during evaluation (predict_with_generate)"),
+    "fsdp": (False, "FSDP through Lightning's FSDP strategies"),
+    "deepspeed": (False, "DeepSpeed through Lightning's DeepSpeed strategy"),
+}
+
+
+def landed_features() -> dict[str, bool]:
+    """Snapshot of the landed flags, taken once per `translate` call."""
+    return {name: landed for name, (landed, _) in FEATURES.items()}
+
+
+def describe(feature: str) -> str:
+    """The user-facing description of a feature."""
+    return FEATURES[feature][1]

@@ -1,0 +1,567 @@
+"""`translate`: arguments -> Plan for Lightning, checked against Lightning's own constructors."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import os
+from datetime import datetime, timedelta
+
+import lightning
+import pytest
+import torch
+import transformers
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.strategies import DDPStrategy
+
+from hf_lightning.loggers import build_loggers, default_logdir, rewrite_logs
+from hf_lightning.registry import features
+from hf_lightning.registry.core import STATUSES
+from hf_lightning.translate import (
+    Environment,
+    Plan,
+    build_strategy,
+    explain,
+    resolve_ddp_kwargs,
+    translate,
+)
+
+CPU = Environment(installed_loggers=frozenset({"tensorboard"}))
+ONE_GPU = Environment(cuda_available=True, cuda_device_count=1, installed_loggers=frozenset({"tensorboard"}))
+DDP_2 = Environment(world_size=2, local_world_size=2, is_distributed_launch=True)
+
+
+@pytest.fixture
+def make_args(tmp_path):
+    def make(cls=transformers.TrainingArguments, **kwargs):
+        kwargs.setdefault("use_cpu", True)
+        return cls(output_dir=str(tmp_path / "out"), **kwargs)
+
+    return make
+
+
+def override(args, **attributes):
+    """Set attributes after construction, for values this CPU machine would not validate."""
+    for name, value in attributes.items():
+        setattr(args, name, value)
+    return args
+
+
+def refusal(args, env=CPU):
+    with pytest.raises(ValueError) as error:
+        translate(args, env)
+    return str(error.value)
+
+
+# ------------------------------------------------------------------ defaults
+
+
+def test_default_arguments_note_every_field(make_args):
+    args = make_args()
+    plan = translate(args, CPU)
+    assert list(plan.notes) == [f.name for f in dataclasses.fields(args)]
+    assert len(plan.notes) == 114
+    assert {note.status for note in plan.notes.values()} <= set(STATUSES)
+    assert plan.refusals() == []
+    assert plan.strategy is None and plan.loggers == []
+
+
+def test_default_seq2seq_arguments_note_every_field(make_args):
+    plan = translate(make_args(transformers.Seq2SeqTrainingArguments), CPU)
+    assert len(plan.notes) == 119
+    assert plan.notes["predict_with_generate"].status == "not-applicable"
+
+
+def test_default_plan_builds_a_real_lightning_trainer(make_args, tmp_path):
+    args = make_args()
+    plan = translate(args, CPU)
+    trainer = lightning.Trainer(**plan.trainer_kwargs)
+    assert trainer.max_steps == -1 and trainer.max_epochs == -1
+    assert trainer.accumulate_grad_batches == 1 and trainer.gradient_clip_val is None
+    assert trainer.num_devices == 1 and trainer.logger is None
+    assert trainer.num_sanity_val_steps == 0 and trainer.limit_val_batches == 0
+    assert trainer.checkpoint_callback is None and trainer.progress_bar_callback is None
+    assert trainer.default_root_dir == args.output_dir
+    assert type(trainer.precision_plugin).__name__ == "Precision"  # 32-true
+    assert plan.module_settings["gradient_accumulation_steps"] == 1
+    assert plan.module_settings["max_grad_norm"] == 1.0
+
+
+def test_default_save_strategy_is_a_warning_not_a_refusal(make_args):
+    plan = translate(make_args(), CPU)
+    assert plan.notes["save_strategy"].status == "warned"
+    assert any(message.startswith("save_strategy='steps'") for message in plan.warnings())
+    assert translate(make_args(save_strategy="no"), CPU).warnings() == []
+
+
+# ------------------------------------------------------------------ module settings
+
+
+def test_accumulation_and_clipping_are_module_settings(make_args):
+    plan = translate(make_args(gradient_accumulation_steps=4, max_grad_norm=0.5), CPU)
+    assert plan.module_settings["gradient_accumulation_steps"] == 4
+    assert plan.module_settings["max_grad_norm"] == 0.5
+    assert plan.trainer_kwargs["accumulate_grad_batches"] == 1
+    assert plan.trainer_kwargs["gradient_clip_val"] is None
+
+
+def test_accelerator_config_num_steps_replaces_accumulation_of_one(make_args):
+    config = {"gradient_accumulation_kwargs": {"num_steps": 4}}
+    assert (
+        translate(make_args(accelerator_config=config), CPU).module_settings["gradient_accumulation_steps"]
+        == 4
+    )
+    message = refusal(make_args(accelerator_config=config, gradient_accumulation_steps=2))
+    assert "accelerator_config" in message and "T9" in message
+
+
+# ------------------------------------------------------------------ precision
+
+
+def test_bf16_maps_to_bf16_mixed_and_lightning_accepts_it(make_args):
+    plan = translate(make_args(bf16=True), CPU)
+    assert plan.trainer_kwargs["precision"] == "bf16-mixed"
+    trainer = lightning.Trainer(**plan.trainer_kwargs)
+    assert trainer.precision_plugin.precision == "bf16-mixed"
+
+
+def test_fp16_on_gpu_maps_to_16_mixed(make_args):
+    args = override(make_args(), use_cpu=False, fp16=True)
+    assert translate(args, ONE_GPU).trainer_kwargs["precision"] == "16-mixed"
+    assert (
+        translate(override(make_args(), use_cpu=False, bf16=True), ONE_GPU).trainer_kwargs["precision"]
+        == "bf16-mixed"
+    )
+
+
+def test_fp16_on_cpu_trains_in_float32_as_the_reference(make_args):
+    # accelerate turns native AMP off for fp16 on CPU; Lightning would swap in bf16 instead.
+    plan = translate(make_args(fp16=True), CPU)
+    assert plan.trainer_kwargs["precision"] == "32-true"
+    assert "CPU" in plan.notes["fp16"].how
+
+
+def test_fp16_and_bf16_together_are_refused(make_args):
+    message = refusal(override(make_args(), fp16=True, bf16=True))
+    assert "bf16" in message
+
+
+def test_full_determinism_sets_deterministic_and_no_benchmark(make_args):
+    plan = translate(make_args(full_determinism=True), CPU)
+    assert plan.trainer_kwargs["deterministic"] is True
+    assert plan.trainer_kwargs["benchmark"] is False
+    try:
+        trainer = lightning.Trainer(**plan.trainer_kwargs)
+        assert torch.are_deterministic_algorithms_enabled()
+        assert trainer is not None
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert translate(make_args(), CPU).trainer_kwargs["deterministic"] is None
+
+
+# ------------------------------------------------------------------ distributed
+
+
+DDP_ARGS = dict(
+    ddp_find_unused_parameters=False,
+    ddp_bucket_cap_mb=25,
+    ddp_broadcast_buffers=False,
+    ddp_static_graph=True,
+    ddp_timeout=600,
+)
+
+
+def ddp_args(make_args):
+    # ddp_backend makes the reference's arguments set up a process group, so it is set afterwards
+    return override(make_args(**DDP_ARGS), ddp_backend="gloo")
+
+
+def test_ddp_kwargs_under_a_launcher_are_valid_for_lightning_and_torch(make_args):
+    plan = translate(ddp_args(make_args), DDP_2)
+    assert plan.trainer_kwargs["devices"] == 2 and plan.trainer_kwargs["strategy"] == "ddp"
+    kwargs = plan.strategy["kwargs"]
+    assert kwargs == {
+        "find_unused_parameters": False,
+        "bucket_cap_mb": 25,
+        "broadcast_buffers": False,
+        "static_graph": True,
+        "process_group_backend": "gloo",
+        "timeout": timedelta(seconds=600),
+    }
+    strategy = DDPStrategy(**kwargs)
+    assert strategy.process_group_backend == "gloo"
+    assert strategy._timeout == timedelta(seconds=600)
+    ddp_parameters = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
+    assert set(strategy._ddp_kwargs) <= set(ddp_parameters)
+    assert strategy._ddp_kwargs == {
+        "find_unused_parameters": False,
+        "bucket_cap_mb": 25,
+        "broadcast_buffers": False,
+        "static_graph": True,
+    }
+
+
+def test_ddp_plan_builds_a_real_lightning_trainer(make_args):
+    plan = translate(ddp_args(make_args), DDP_2)
+    model = torch.nn.Linear(2, 2)
+    trainer = lightning.Trainer(**{**plan.trainer_kwargs, "strategy": build_strategy(plan, model)})
+    assert isinstance(trainer.strategy, DDPStrategy)
+    assert trainer.strategy._ddp_kwargs["bucket_cap_mb"] == 25
+
+
+def _tiny_bert():
+    config = transformers.BertConfig(
+        vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8
+    )
+    return transformers.BertForSequenceClassification(config)
+
+
+def test_find_unused_parameters_default_follows_r7_3(make_args):
+    plan = translate(make_args(), DDP_2)
+    assert "find_unused_parameters" not in plan.strategy["kwargs"]
+    assert resolve_ddp_kwargs(plan, torch.nn.Linear(2, 2))["find_unused_parameters"] is True
+    assert resolve_ddp_kwargs(plan, _tiny_bert())["find_unused_parameters"] is True
+    checkpointing = translate(make_args(activation_checkpointing=True), DDP_2)
+    assert resolve_ddp_kwargs(checkpointing, _tiny_bert())["find_unused_parameters"] is False
+    assert resolve_ddp_kwargs(checkpointing, torch.nn.Linear(2, 2))["find_unused_parameters"] is True
+    explicit = translate(make_args(ddp_find_unused_parameters=False), DDP_2)
+    assert resolve_ddp_kwargs(explicit, torch.nn.Linear(2, 2))["find_unused_parameters"] is False
+
+
+def test_ddp_options_are_not_applicable_in_one_process(make_args):
+    plan = translate(ddp_args(make_args), CPU)
+    assert plan.strategy is None and plan.trainer_kwargs["strategy"] == "auto"
+    for name in [*DDP_ARGS, "ddp_backend"]:
+        assert plan.notes[name].status == "not-applicable"
+
+
+def test_several_gpus_in_one_process_are_refused_naming_n_gpu(make_args):
+    args = override(make_args(), use_cpu=False)
+    message = refusal(args, Environment(cuda_available=True, cuda_device_count=2))
+    assert "n_gpu" in message and "torchrun" in message
+    launched = Environment(
+        cuda_available=True, cuda_device_count=2, world_size=2, local_world_size=2, is_distributed_launch=True
+    )
+    plan = translate(args, launched)
+    assert plan.trainer_kwargs["accelerator"] == "gpu" and plan.trainer_kwargs["devices"] == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("fsdp", True), ("deepspeed", {"zero_optimization": {"stage": 2}})],
+)
+def test_fsdp_and_deepspeed_without_cuda_are_refused(make_args, field, value):
+    message = refusal(override(make_args(), **{field: value}), DDP_2)
+    assert field in message and "CUDA" in message
+
+
+def test_fsdp2_is_described_once_the_feature_lands(make_args, monkeypatch):
+    monkeypatch.setitem(features.FEATURES, "fsdp", (True, "FSDP"))
+    env = Environment(
+        cuda_available=True, cuda_device_count=2, world_size=2, local_world_size=2, is_distributed_launch=True
+    )
+    args = override(
+        make_args(), use_cpu=False, fsdp=True, fsdp_config={"fsdp_cpu_offload": True}, ddp_timeout=60
+    )
+    plan = translate(args, env)
+    assert plan.strategy["name"] == "fsdp2"
+    assert plan.strategy["kwargs"] == {"timeout": timedelta(seconds=60)}
+    assert plan.strategy["details"]["fsdp_config"] == {"cpu_offload": True}
+    assert args.fsdp_config == {"fsdp_cpu_offload": True}  # the user's dict is untouched
+
+
+def test_deepspeed_auto_values_are_filled_once_the_feature_lands(make_args, monkeypatch):
+    monkeypatch.setitem(features.FEATURES, "deepspeed", (True, "DeepSpeed"))
+    env = Environment(cuda_available=True, cuda_device_count=1, installed_packages=frozenset({"deepspeed"}))
+    config = {
+        "zero_optimization": {"stage": 2},
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "optimizer": {"params": {"lr": 1e-3, "betas": "auto"}},
+    }
+    args = override(make_args(), use_cpu=False, deepspeed=config, per_device_train_batch_size=4)
+    plan = translate(args, env)
+    resolved = plan.strategy["kwargs"]["config"]
+    assert resolved["train_micro_batch_size_per_gpu"] == 4
+    assert "gradient_accumulation_steps" not in resolved
+    assert resolved["optimizer"]["params"]["betas"] == [0.9, 0.999]
+    assert plan.strategy["details"]["mismatches"] == ["- ds optimizer.params.lr=0.001 vs hf 5e-05"]
+    assert config["train_micro_batch_size_per_gpu"] == "auto"
+
+
+# ------------------------------------------------------------------ refusals
+
+
+@pytest.mark.parametrize(
+    ("field", "kwargs", "words"),
+    [
+        ("push_to_hub", {"push_to_hub": True, "hub_model_id": "me/model"}, ["huggingface_hub"]),
+        ("hub_model_id", {"hub_model_id": "me/model"}, ["huggingface_hub"]),
+        ("hub_strategy", {"hub_strategy": "end"}, ["Hub"]),
+        ("hub_private_repo", {"hub_private_repo": True}, ["Hub"]),
+        ("hub_revision", {"hub_revision": "dev"}, ["Hub"]),
+        ("hub_always_push", {"hub_always_push": True}, ["Hub"]),
+        ("eval_strategy", {"eval_strategy": "steps", "eval_steps": 10}, ["evaluation", "eval_strategy='no'"]),
+        ("eval_on_start", {"eval_on_start": True}, ["evaluation"]),
+        ("save_strategy", {"save_strategy": "epoch"}, ["checkpoint"]),
+        ("save_steps", {"save_steps": 100}, ["checkpoint"]),
+        ("save_total_limit", {"save_total_limit": 2}, ["checkpoint"]),
+        ("enable_jit_checkpoint", {"enable_jit_checkpoint": True}, ["checkpoint"]),
+        ("skip_memory_metrics", {"skip_memory_metrics": False}, ["memory"]),
+        ("use_liger_kernel", {"use_liger_kernel": True}, ["liger"]),
+        ("debug", {"debug": "underflow_overflow"}, ["underflow_overflow"]),
+        ("debug", {"debug": "tpu_metrics_debug"}, ["XLA"]),
+        ("report_to", {"report_to": None}, ["'all'", "'none'"]),
+        ("report_to", {"report_to": "azure_ml"}, ["azure_ml", "tensorboard, csv, mlflow, wandb, comet_ml"]),
+        ("report_to", {"report_to": "neptune"}, ["neptune", "supported names"]),
+        ("report_to", {"report_to": "wandb"}, ["wandb", "install"]),
+        ("report_to", {"report_to": "no_such_tracker"}, ["not an integration name"]),
+    ],
+)
+def test_refusals_name_the_field(make_args, field, kwargs, words):
+    message = refusal(make_args(**kwargs))
+    assert f"{field}=" in message
+    for word in words:
+        assert word in message
+
+
+def test_parallelism_config_is_refused(make_args):
+    message = refusal(override(make_args(), parallelism_config=object()))
+    assert "parallelism_config" in message and "R7.5" in message
+
+
+def test_every_refusal_is_listed_in_one_error(make_args):
+    message = refusal(
+        make_args(push_to_hub=True, hub_model_id="me/m", eval_strategy="epoch", report_to="clearml")
+    )
+    for field in ("push_to_hub", "eval_strategy", "report_to"):
+        assert f"{field}=" in message
+
+
+def test_explain_can_show_refusals_without_raising(make_args):
+    plan = translate(make_args(push_to_hub=True, hub_model_id="me/m"), CPU, raise_on_refusal=False)
+    assert {note.field for note in plan.refusals()} == {"push_to_hub", "hub_model_id"}
+    line = next(line for line in explain(plan).splitlines() if line.startswith("push_to_hub "))
+    assert "refused" in line
+
+
+def test_liger_kernel_is_honoured_when_installed(make_args):
+    env = Environment(installed_packages=frozenset({"liger_kernel"}))
+    plan = translate(make_args(use_liger_kernel=True), env)
+    assert plan.notes["use_liger_kernel"].status == "honoured"
+    assert plan.notes["liger_kernel_config"].status == "honoured"
+
+
+def test_features_flip_from_refused_to_honoured(make_args, monkeypatch):
+    args = make_args(eval_strategy="steps", eval_steps=10, per_device_eval_batch_size=4)
+    assert "eval_strategy=" in refusal(args)
+    monkeypatch.setitem(features.FEATURES, "evaluation", (True, "evaluation"))
+    plan = translate(args, CPU)
+    assert plan.notes["eval_strategy"].status == "honoured"
+    assert plan.notes["eval_steps"].status == "honoured"
+    assert plan.notes["per_device_eval_batch_size"].status == "honoured"
+
+
+def test_eval_only_fields_are_accepted_while_evaluation_has_not_landed(make_args):
+    plan = translate(make_args(per_device_eval_batch_size=32, eval_accumulation_steps=4), CPU)
+    assert plan.notes["per_device_eval_batch_size"].status == "not-applicable"
+    assert "evaluate()" in plan.notes["per_device_eval_batch_size"].how
+
+
+def test_hub_token_is_accepted_and_never_shown(make_args):
+    plan = translate(make_args(hub_token="hf_secret_value"), CPU)
+    assert plan.notes["hub_token"].status == "not-applicable"
+    assert plan.notes["hub_token"].value == "<HUB_TOKEN>"
+    assert "hf_secret_value" not in explain(plan)
+    assert "hf_secret_value" not in repr(plan)
+
+
+def test_sortish_sampler_warns(make_args):
+    plan = translate(make_args(transformers.Seq2SeqTrainingArguments, sortish_sampler=True), CPU)
+    assert plan.notes["sortish_sampler"].status == "warned"
+
+
+def test_subclass_fields_are_noted_not_refused(tmp_path):
+    @dataclasses.dataclass
+    class MyArguments(transformers.TrainingArguments):
+        my_knob: int = 3
+
+    plan = translate(MyArguments(output_dir=str(tmp_path), use_cpu=True), CPU)
+    assert plan.notes["my_knob"].status == "not-applicable"
+    assert len(plan.notes) == 115
+
+
+# ------------------------------------------------------------------ loggers
+
+
+def test_report_to_tensorboard_and_csv_build_real_loggers(make_args, tmp_path):
+    args = make_args(report_to=["tensorboard", "csv"], run_name="r1")
+    plan = translate(args, CPU)
+    assert [spec["name"] for spec in plan.loggers] == ["tensorboard", "csv"]
+    assert plan.trainer_kwargs["logger"] is False
+    now = datetime(2024, 3, 5, 14, 7, 9)
+    tensorboard, csv = build_loggers(plan, now=now)
+    assert isinstance(tensorboard, TensorBoardLogger) and isinstance(csv, CSVLogger)
+    expected_dir = os.path.join(args.output_dir, default_logdir(now))
+    assert "Mar05_14-07-09_" in expected_dir
+    assert os.path.normpath(tensorboard.log_dir) == os.path.normpath(expected_dir)
+    tensorboard.log_metrics({"train/loss": 1.5}, step=1)
+    tensorboard.finalize("success")
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(expected_dir))
+    csv.log_metrics({"train/loss": 1.5}, step=1)
+    csv.finalize("success")
+    assert os.path.exists(os.path.join(csv.log_dir, "metrics.csv"))
+    assert csv.log_dir.startswith(args.output_dir)
+    trainer = lightning.Trainer(**{**plan.trainer_kwargs, "logger": [tensorboard, csv]})
+    assert trainer.loggers == [tensorboard, csv]
+
+
+def test_tensorboard_dir_comes_from_the_environment_variable(make_args, tmp_path):
+    env = dataclasses.replace(CPU, environ={"TENSORBOARD_LOGGING_DIR": str(tmp_path / "tb")})
+    plan = translate(make_args(report_to="tensorboard"), env)
+    (logger,) = build_loggers(plan)
+    assert os.path.normpath(logger.log_dir) == str(tmp_path / "tb")
+
+
+def test_report_to_requires_the_backend_package(make_args):
+    message = refusal(make_args(report_to="tensorboard"), Environment())
+    assert "report_to=" in message and "tensorboard" in message and "install" in message
+
+
+def test_report_to_all_expands_to_installed_supported_loggers(make_args):
+    args = override(make_args(), report_to="all")
+    env = Environment(installed_loggers=frozenset({"tensorboard", "wandb", "neptune"}))
+    plan = translate(args, env)
+    assert [spec["name"] for spec in plan.loggers] == ["tensorboard", "wandb"]
+    wandb = plan.loggers[1]["kwargs"]
+    assert wandb["offline"] is True and wandb["project"] == "huggingface"
+
+
+def test_mlflow_spec_stays_under_output_dir(make_args):
+    env = Environment(installed_loggers=frozenset({"mlflow"}))
+    plan = translate(make_args(report_to="mlflow", run_name="run"), env)
+    (spec,) = plan.loggers
+    assert spec["kwargs"]["save_dir"] == os.path.join(plan.trainer_kwargs["default_root_dir"], "mlruns")
+    assert spec["kwargs"]["run_name"] == "run" and spec["kwargs"]["tracking_uri"] is None
+
+
+def test_rewrite_logs_matches_the_reference():
+    from transformers.integrations.integration_utils import rewrite_logs as reference
+
+    logs = {"loss": 1.0, "eval_loss": 2.0, "test_acc": 0.5, "learning_rate": 1e-3, "evaluation": 3}
+    assert rewrite_logs(logs) == reference(logs)
+
+
+# ------------------------------------------------------------------ purity and environment
+
+
+def test_translate_is_pure(make_args):
+    args = override(
+        ddp_args(make_args), report_to=["tensorboard", "csv"], gradient_accumulation_steps=2, bf16=True
+    )
+    before = copy.deepcopy(args.to_dict())
+    first, second = translate(args, CPU), translate(args, CPU)
+    assert isinstance(first, Plan) and first == second
+    ddp_env = dataclasses.replace(DDP_2, installed_loggers=CPU.installed_loggers)
+    assert translate(args, ddp_env) == translate(args, ddp_env)
+    assert args.to_dict() == before
+    # the plan holds copies: editing it does not leak into the next translation
+    first.module_settings["accelerator_config"]["even_batches"] = False
+    assert translate(args, CPU).module_settings["accelerator_config"]["even_batches"] is True
+
+
+def test_environment_detect_reads_the_launcher(monkeypatch):
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    single = Environment.detect()
+    assert (single.world_size, single.is_distributed_launch, single.num_nodes) == (1, False, 1)
+    assert single.cuda_available == torch.cuda.is_available()
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WANDB_API_KEY", "secret")
+    monkeypatch.setenv("WANDB_PROJECT", "p")
+    launched = Environment.detect()
+    assert (launched.world_size, launched.local_world_size, launched.num_nodes) == (4, 2, 2)
+    assert launched.process_index == 3 and launched.is_distributed_launch
+    assert dict(launched.environ) == {"WANDB_PROJECT": "p"}
+    assert "tensorboard" in launched.installed_loggers
+
+
+def test_explain_has_one_line_per_field(make_args):
+    plan = translate(make_args(), CPU)
+    lines = explain(plan).splitlines()
+    assert lines[0].split() == ["field", "value", "status", "how"]
+    body = lines[2:]
+    assert [line.split()[0] for line in body] == list(plan.notes)
+    seed_line = next(line for line in body if line.startswith("seed "))
+    assert "42" in seed_line and "honoured" in seed_line
+
+
+def _plain_arguments(**values):
+    """A duck-typed arguments object holding the registry's defaults in their post-init form."""
+    from types import SimpleNamespace
+
+    from hf_lightning.field_registry import TRAINING_ARGUMENTS_REGISTRY
+
+    fields = {name: entry.default for name, entry in TRAINING_ARGUMENTS_REGISTRY.items()}
+    fields.update(output_dir="trainer_output", report_to=[], debug=[], activation_checkpointing=False)
+    fields.update(values)
+    return SimpleNamespace(**fields)
+
+
+def test_duck_typed_arguments_translate_like_the_reference_class(make_args):
+    plain = translate(_plain_arguments(output_dir=make_args().output_dir, use_cpu=True), CPU)
+    reference = translate(make_args(), CPU)
+    assert list(plain.notes) == list(reference.notes)
+    assert plain.trainer_kwargs == reference.trainer_kwargs
+    differing = {name for name in plain.notes if plain.notes[name].status != reference.notes[name].status}
+    assert differing == set()
+
+
+def test_translate_runs_without_transformers_or_accelerate():
+    import subprocess
+    import sys
+
+    # this test module imports transformers, so the arguments object is rebuilt inline
+    code = (
+        "import sys; sys.modules['transformers'] = None; sys.modules['accelerate'] = None\n"
+        "from types import SimpleNamespace\n"
+        "from hf_lightning.translate import translate, explain, Environment\n"
+        "from hf_lightning.field_registry import TRAINING_ARGUMENTS_REGISTRY as R\n"
+        "fields = {n: e.default for n, e in R.items()}\n"
+        "fields.update(output_dir='o', report_to=['csv'], debug=[], use_cpu=True)\n"
+        "plan = translate(SimpleNamespace(**fields), Environment())\n"
+        "assert len(plan.notes) == 114 and plan.loggers[0]['name'] == 'csv'\n"
+        "assert 'transformers' not in [m.split('.')[0] for m in sys.modules if sys.modules[m] is not None]\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"bf16": True, "gradient_accumulation_steps": 3, "report_to": "csv"}, {"save_strategy": "no"}],
+)
+def test_our_arguments_translate_like_the_reference_arguments(tmp_path, kwargs):
+    from hf_lightning.args import TrainingArguments
+
+    ours = translate(TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **kwargs), CPU)
+    reference = translate(
+        transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **kwargs), CPU
+    )
+    assert ours.trainer_kwargs == reference.trainer_kwargs
+    assert ours.module_settings == reference.module_settings
+    assert ours.loggers == reference.loggers
+    assert {name: note.status for name, note in ours.notes.items()} == {
+        name: note.status for name, note in reference.notes.items()
+    }
