@@ -182,8 +182,9 @@ def test_compute_loss_override(tmp_path):
     data = classification_data(12)
     for item in data.items:
         item["labels"] = item["labels"] + (item["input_ids"][0] % 2)
+    model = make_tiny_bert_classifier(num_labels=3)
     result = run_parity(
-        make_tiny_bert_classifier(num_labels=3),
+        model,
         data,
         tmp_path,
         reference_trainer_cls=_weighted_loss_trainer(transformers.Trainer),
@@ -192,19 +193,17 @@ def test_compute_loss_override(tmp_path):
         learning_rate=1e-3,
         logging_steps=1,
         num_train_epochs=2,
+        train_sampling_strategy="sequential",
     )
     assert_parity(result)
-    # The override changed the loss: an unweighted run logs a different first loss.
-    plain = run_parity(
-        make_tiny_bert_classifier(num_labels=3),
-        data,
-        tmp_path / "plain",
-        per_device_train_batch_size=4,
-        learning_rate=1e-3,
-        logging_steps=1,
-        num_train_epochs=1,
-    )
-    assert plain.ours.log_history[0]["loss"] != pytest.approx(result.ours.log_history[0]["loss"], rel=1e-3)
+    # The override is what ran: the first logged loss is the weighted CE of items 0..3 under the initial model.
+    first = {key: torch.stack([data[i][key] for i in range(4)]) for key in ("input_ids", "attention_mask", "labels")}
+    with torch.no_grad():
+        logits = model(input_ids=first["input_ids"], attention_mask=first["attention_mask"]).logits
+    weighted = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0, 3.0]))(logits, first["labels"])
+    unweighted = nn.functional.cross_entropy(logits, first["labels"])
+    assert result.ours.log_history[0]["loss"] == pytest.approx(weighted.item(), rel=1e-6)
+    assert weighted.item() != pytest.approx(unweighted.item(), rel=1e-6)
 
 
 def test_mutation_different_seed_breaks_parity(tmp_path):
