@@ -6,6 +6,7 @@ orchestration (spec part 2, 1.4: the call order inside `train()`).
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 import warnings
@@ -63,7 +64,7 @@ def run_training(
     if trainer.neftune_noise_alpha is not None:
         trainer._activate_neftune()
     try:
-        return _inner_training_loop(trainer, speed_metrics)
+        return _with_executable_batch_size(trainer, speed_metrics)
     finally:
         if trainer.neftune_noise_alpha is not None and hasattr(trainer, "neftune_hook_handle"):
             trainer._deactivate_neftune()
@@ -98,10 +99,64 @@ def _enable_activation_checkpointing(trainer: HFLightningTrainer) -> None:
         )
 
 
+_OUT_OF_MEMORY_MESSAGES = (
+    " out of memory.",
+    "MPS backend out of memory",
+    "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
+    "DefaultCPUAllocator: can't allocate memory",
+    "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",
+)
+
+
+def should_reduce_batch_size(exception: BaseException) -> bool:
+    """Whether an exception is an out-of-memory error that a smaller batch may avoid (the reference's list)."""
+    if isinstance(exception, RuntimeError) and len(exception.args) == 1:
+        return any(message in str(exception.args[0]) for message in _OUT_OF_MEMORY_MESSAGES)
+    return False
+
+
+def _release_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _with_executable_batch_size(trainer: HFLightningTrainer, speed_metrics) -> TrainOutput:
+    """`auto_find_batch_size`: on an out-of-memory error, retry the whole run at `int(0.9 * batch)`."""
+    if not trainer.args.auto_find_batch_size:
+        return _inner_training_loop(trainer, speed_metrics)
+    batch_size = trainer._train_batch_size
+    _release_memory()
+    while True:
+        if batch_size == 0:
+            raise RuntimeError("No executable batch size found, reached zero.")
+        trainer._train_batch_size = batch_size
+        try:
+            return _inner_training_loop(trainer, speed_metrics)
+        except Exception as error:
+            if not should_reduce_batch_size(error):
+                raise
+            _release_memory()
+            batch_size = int(batch_size * 0.9)
+            logger.info(f"Out of memory: retrying with a per-process batch of {batch_size}.")
+
+
+def _compile_model(trainer: HFLightningTrainer) -> None:
+    """`torch_compile`: the reference runs the compiled module; `trainer.model` stays the original."""
+    args = trainer.args
+    if not args.torch_compile or trainer.model_wrapped is not trainer.model:
+        return
+    kwargs = {"backend": args.torch_compile_backend, "mode": args.torch_compile_mode}
+    if args.torch_compile_backend == "neuron":
+        kwargs["dynamic"] = False
+    trainer.model_wrapped = torch.compile(trainer.model, **kwargs)
+
+
 def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOutput:
     from hf_lightning.callbacks import TrainerState
 
     args = trainer.args
+    trainer.model_wrapped = trainer.model
     train_dataloader = trainer.get_train_dataloader()
     values = schedule.TrainingValues(*trainer.set_initial_training_values(args, train_dataloader))
     trainer.state = TrainerState(stateful_callbacks=trainer._stateful_callbacks())
@@ -118,6 +173,7 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
     logger.info(f"  Num Epochs = {values.num_train_epochs:,}")
     logger.info(f"  Total optimization steps = {values.max_steps:,}")
 
+    _compile_model(trainer)
     module = HFLightningModule(trainer)
     trainer._lightning_module = module
     lightning_trainer = build_lightning_trainer(trainer.plan, values, trainer.lightning_callbacks)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-SPEED_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
+SPEED_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_tokens_per_second")
 
 
 @dataclass
