@@ -1,0 +1,417 @@
+"""The checkpoint folder layout on disk: names, completeness, rotation and the atomic commit protocol.
+
+Pure functions and small filesystem steps, no trainer state, so each is testable alone. The layout is the
+reference's (`checkpoint-<global_step>/` with the same file names), plus one file of ours,
+`hf_lightning_complete.json`, written last before the folder is renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any
+
+PREFIX_CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_DIR_PATTERN = re.compile(r"^" + PREFIX_CHECKPOINT_DIR + r"\-(\d+)$")
+SAFE_WEIGHTS_NAME = "model.safetensors"
+SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+WEIGHTS_NAME = "pytorch_model.bin"
+WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
+ADAPTER_SAFE_WEIGHTS_NAME = "adapter_model.safetensors"
+ADAPTER_WEIGHTS_NAME = "adapter_model.bin"
+OPTIMIZER_NAME = "optimizer.pt"
+SCHEDULER_NAME = "scheduler.pt"
+SCALER_NAME = "scaler.pt"
+TRAINER_STATE_NAME = "trainer_state.json"
+TRAINING_ARGS_NAME = "training_args.bin"
+COMPLETE_MARKER_NAME = "hf_lightning_complete.json"
+CHECKPOINT_FORMAT = 1
+
+# Our own scratch folders next to the checkpoints. The leading dot keeps them out of the reference's
+# `checkpoint-*` glob and out of `CHECKPOINT_DIR_PATTERN`, so neither library ever resumes from one.
+_SCRATCH_PATTERN = re.compile(r"^\." + PREFIX_CHECKPOINT_DIR + r"-\d+\.(tmp|old|deleting)-(.+)$")
+_RNG_FILE_PATTERN = re.compile(r"^rng_state(_\d+)?\.pth$")
+
+# Every named point a checkpoint save passes, in order (the decisions' "named, repeatable kill points").
+SAVE_POINTS = (
+    "model",
+    "processing_class",
+    "training_args",
+    "optimizer",
+    "scheduler",
+    "rng",
+    "trainer_state",
+    "fsync",
+    "marker",
+    "rename_aside",
+    "rename",
+    "delete_aside",
+    "rotate",
+)
+_fault_hook: Callable[[str], None] | None = None
+
+
+def reach(point: str) -> None:
+    """Mark that a save reached `point`; a fault test's hook may raise or kill the process there."""
+    if _fault_hook is not None:
+        _fault_hook(point)
+
+
+@contextlib.contextmanager
+def fault_hook(hook: Callable[[str], None]) -> Iterator[None]:
+    """Install `hook(point)` for the duration of the block (fault-injection tests only)."""
+    global _fault_hook
+    previous, _fault_hook = _fault_hook, hook
+    try:
+        yield
+    finally:
+        _fault_hook = previous
+
+
+def checkpoint_folder_name(global_step: int) -> str:
+    return f"{PREFIX_CHECKPOINT_DIR}-{global_step}"
+
+
+def rng_state_file_name(world_size: int, process_index: int) -> str:
+    """`rng_state.pth` for one process, `rng_state_{rank}.pth` for each process of a distributed run."""
+    return "rng_state.pth" if world_size <= 1 else f"rng_state_{process_index}.pth"
+
+
+def numpy_safe_globals() -> Any:
+    """Allow numpy's RNG state in `torch.load(weights_only=True)`: the reference's allowlist, nothing more."""
+    import numpy as np
+    import torch
+
+    np_core = np._core if hasattr(np, "_core") else np.core
+    allowlist = [np_core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+    return torch.serialization.safe_globals(allowlist)
+
+
+# ---- listing and completeness ---------------------------------------------------------------------------
+
+
+def list_checkpoints(run_dir: str) -> list[tuple[int, str]]:
+    """`(step, path)` of every folder named exactly `checkpoint-<digits>` in `run_dir`, complete or not."""
+    if not os.path.isdir(run_dir):
+        return []
+    found = []
+    for name in os.listdir(run_dir):
+        match = CHECKPOINT_DIR_PATTERN.match(name)
+        path = os.path.join(run_dir, name)
+        if match is not None and os.path.isdir(path):
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def is_complete_checkpoint(path: str) -> bool:
+    """True when `path` is a checkpoint a resume can trust.
+
+    Ours: the completion marker is there (it is written last, before the atomic rename). The reference's (no
+    marker): weights, optimizer, scheduler, RNG and trainer-state files are all present and loadable
+    (safetensors header and size check, `torch.load(weights_only=True)`, JSON parse).
+    """
+    if not os.path.isdir(path):
+        return False
+    marker = os.path.join(path, COMPLETE_MARKER_NAME)
+    if os.path.exists(marker):
+        try:
+            with open(marker, encoding="utf-8") as f:
+                content = json.load(f)
+        except (OSError, ValueError):
+            return False
+        return isinstance(content, dict) and content.get("format") == CHECKPOINT_FORMAT
+    return _is_complete_reference_checkpoint(path)
+
+
+def _is_complete_reference_checkpoint(path: str) -> bool:
+    rng_files = [name for name in os.listdir(path) if _RNG_FILE_PATTERN.match(name)]
+    checks = [
+        _weights_loadable(path),
+        _torch_file_loadable(os.path.join(path, OPTIMIZER_NAME)),
+        _torch_file_loadable(os.path.join(path, SCHEDULER_NAME)),
+        bool(rng_files),
+    ]
+    if not all(checks):
+        return False
+    if not all(_torch_file_loadable(os.path.join(path, name), numpy_allowed=True) for name in rng_files):
+        return False
+    return _json_loadable(os.path.join(path, TRAINER_STATE_NAME))
+
+
+def _weights_loadable(path: str) -> bool:
+    for name in (SAFE_WEIGHTS_NAME, ADAPTER_SAFE_WEIGHTS_NAME):
+        if os.path.isfile(os.path.join(path, name)):
+            return _safetensors_loadable(os.path.join(path, name))
+    for index_name, shard_check in (
+        (SAFE_WEIGHTS_INDEX_NAME, _safetensors_loadable),
+        (WEIGHTS_INDEX_NAME, _torch_file_loadable),
+    ):
+        index_path = os.path.join(path, index_name)
+        if os.path.isfile(index_path):
+            try:
+                with open(index_path, encoding="utf-8") as f:
+                    shards = set(json.load(f)["weight_map"].values())
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                return False
+            return all(shard_check(os.path.join(path, shard)) for shard in shards)
+    for name in (WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME):
+        if os.path.isfile(os.path.join(path, name)):
+            return _torch_file_loadable(os.path.join(path, name))
+    return False
+
+
+def _safetensors_loadable(file_path: str) -> bool:
+    from safetensors import safe_open
+
+    # `safe_open` parses the header and checks that the tensors' byte ranges cover the file exactly, so a
+    # truncated file fails here without reading the tensor data.
+    try:
+        with safe_open(file_path, framework="pt") as f:
+            f.keys()
+    except Exception:
+        return False
+    return True
+
+
+def _torch_file_loadable(file_path: str, numpy_allowed: bool = False) -> bool:
+    import torch
+
+    if not os.path.isfile(file_path):
+        return False
+    context = numpy_safe_globals() if numpy_allowed else contextlib.nullcontext()
+    try:
+        with context:
+            # mmap: tensors are mapped, not read, so a multi-gigabyte optimizer state costs little to check.
+            torch.load(file_path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
+        return False
+    return True
+
+
+def _json_loadable(file_path: str) -> bool:
+    try:
+        with open(file_path, encoding="utf-8") as f:
+            json.load(f)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def get_last_checkpoint(folder: str) -> str | None:
+    """The complete `checkpoint-<N>` folder with the largest N in `folder`, or None.
+
+    Like the reference's `get_last_checkpoint` (exact names only, files ignored), but incomplete folders and our
+    scratch folders are skipped.
+    """
+    for _, path in reversed(list_checkpoints(folder)):
+        if is_complete_checkpoint(path):
+            return path
+    return None
+
+
+def read_model_state_dict(checkpoint_dir: str) -> dict | None:
+    """The model weights saved in `checkpoint_dir`, on CPU and without unpickling code; None when it holds none."""
+    import safetensors.torch
+    import torch
+
+    safe_path = os.path.join(checkpoint_dir, SAFE_WEIGHTS_NAME)
+    if os.path.isfile(safe_path):
+        return safetensors.torch.load_file(safe_path, device="cpu")
+    for index_name, safe in ((SAFE_WEIGHTS_INDEX_NAME, True), (WEIGHTS_INDEX_NAME, False)):
+        index_path = os.path.join(checkpoint_dir, index_name)
+        if os.path.isfile(index_path):
+            with open(index_path, encoding="utf-8") as f:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+            state_dict: dict = {}
+            for shard in shards:
+                shard_path = os.path.join(checkpoint_dir, shard)
+                if safe:
+                    state_dict.update(safetensors.torch.load_file(shard_path, device="cpu"))
+                else:
+                    state_dict.update(torch.load(shard_path, map_location="cpu", weights_only=True))
+            return state_dict
+    bin_path = os.path.join(checkpoint_dir, WEIGHTS_NAME)
+    if os.path.isfile(bin_path):
+        return torch.load(bin_path, map_location="cpu", weights_only=True)
+    return None
+
+
+# ---- rotation ----------------------------------------------------------------------------------------------
+
+
+def _same_path(path: str) -> str:
+    # The reference compares `str(Path(p))` strings; normalising to an absolute path also matches a relative and an
+    # absolute spelling of the same folder, so the best checkpoint is never lost to a spelling difference.
+    return os.path.normpath(os.path.abspath(path))
+
+
+def checkpoints_to_delete(
+    checkpoints: list[tuple[int, str]],
+    save_total_limit: int | None,
+    best_model_checkpoint: str | None,
+    newest: str | None = None,
+) -> list[str]:
+    """The folders the reference's `rotate_checkpoints` deletes, oldest first.
+
+    Order oldest -> newest by step number. The reference orders by mtime (falling back to step order when the
+    mtimes span under a second); for checkpoints this library writes, step order is mtime order, except for the
+    folder just written (`newest`), which is the most recent whatever its step (a leftover `checkpoint-500` of an
+    earlier run does not make a fresh `checkpoint-100` the oldest). Nothing is deleted while there are at most
+    `save_total_limit` folders; otherwise the newest and the best are protected and the oldest unprotected ones go
+    until `max(save_total_limit, len(protected))` remain. `save_total_limit` None or <= 0 keeps everything.
+    """
+    if save_total_limit is None or save_total_limit <= 0:
+        return []
+    ordered = [path for _, path in sorted(checkpoints)]
+    if newest is not None:
+        ordered = [path for path in ordered if _same_path(path) != _same_path(newest)] + [newest]
+    if len(ordered) <= save_total_limit:
+        return []
+    protected = {_same_path(ordered[-1])}
+    if best_model_checkpoint is not None:
+        protected.add(_same_path(best_model_checkpoint))
+    num_to_keep = max(save_total_limit, len(protected))
+    remaining = len(ordered)
+    to_delete = []
+    for path in ordered:
+        if remaining <= num_to_keep:
+            break
+        if _same_path(path) not in protected:
+            to_delete.append(path)
+            remaining -= 1
+    return to_delete
+
+
+def checkpoints_to_delete_at_train_end(
+    checkpoints: list[tuple[int, str]], save_total_limit: int | None, best_model_checkpoint: str | None
+) -> list[str]:
+    """The reference's end-of-training cleanup: with `save_total_limit == 1` and a best checkpoint, all others go.
+
+    The newest checkpoint is deleted too when it is not the best. If the best folder is not among `checkpoints`
+    nothing is deleted (the reference raises FileNotFoundError from `os.path.samefile` there).
+    """
+    if best_model_checkpoint is None or save_total_limit != 1:
+        return []
+    best = _same_path(best_model_checkpoint)
+    if best not in {_same_path(path) for _, path in checkpoints}:
+        return []
+    return [path for _, path in sorted(checkpoints) if _same_path(path) != best]
+
+
+def delete_checkpoint(path: str, token: str) -> None:
+    """Delete a checkpoint folder so that no half-deleted folder ever carries a `checkpoint-N` name.
+
+    The folder is first renamed to a scratch name (atomic), the rename made durable, then removed.
+    """
+    parent, name = os.path.split(os.path.normpath(path))
+    doomed = os.path.join(parent, f".{name}.deleting-{token}")
+    os.rename(path, doomed)
+    fsync_directory(parent)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def rotate_checkpoints(
+    run_dir: str,
+    save_total_limit: int | None,
+    best_model_checkpoint: str | None,
+    newest: str | None,
+    token: str,
+) -> list[str]:
+    """Apply `checkpoints_to_delete` to the folders in `run_dir`; returns the deleted paths."""
+    doomed = checkpoints_to_delete(list_checkpoints(run_dir), save_total_limit, best_model_checkpoint, newest)
+    for path in doomed:
+        delete_checkpoint(path, token)
+    return doomed
+
+
+def clean_scratch_folders(run_dir: str, token: str) -> list[str]:
+    """Tidy scratch folders left by saves of other (killed) processes; this save's own (same token) stay.
+
+    A killed replacement can leave the old `checkpoint-N` moved aside with no `checkpoint-N` in its place: a
+    complete aside folder is renamed back. Everything else (temporaries, half-deleted folders) is removed.
+    Returns the scratch names handled.
+    """
+    handled = []
+    for name in sorted(os.listdir(run_dir)):
+        match = _SCRATCH_PATTERN.match(name)
+        if match is None or match.group(2) == token:
+            continue
+        path = os.path.join(run_dir, name)
+        final_dir = os.path.join(run_dir, name[1:].split(".")[0])
+        if match.group(1) == "old" and not os.path.exists(final_dir) and is_complete_checkpoint(path):
+            os.rename(path, final_dir)
+            fsync_directory(run_dir)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+        handled.append(name)
+    return handled
+
+
+# ---- atomic commit -----------------------------------------------------------------------------------------
+
+
+def temporary_checkpoint_dir(run_dir: str, global_step: int, token: str) -> str:
+    """Where a save writes before its commit: a hidden sibling of the final folder, on the same filesystem."""
+    return os.path.join(run_dir, f".{checkpoint_folder_name(global_step)}.tmp-{token}")
+
+
+def fsync_directory(path: str) -> None:
+    """Make a folder's entries (new, renamed or removed names) durable. No-op where folders cannot be opened."""
+    if os.name == "nt":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path: str) -> None:
+    """fsync every file under `path`, then every folder bottom-up, so the contents survive a power loss."""
+    for root, _, files in os.walk(path, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_directory(root)
+
+
+def write_complete_marker(path: str, global_step: int) -> None:
+    """Write the completion marker (durably). Must be the last file written into a checkpoint."""
+    marker = os.path.join(path, COMPLETE_MARKER_NAME)
+    with open(marker, "w", encoding="utf-8") as f:
+        json.dump({"global_step": global_step, "format": CHECKPOINT_FORMAT}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_directory(path)
+
+
+def commit_checkpoint(temporary_dir: str, final_dir: str, token: str) -> None:
+    """Rename a fully written temporary folder to `final_dir`, replacing an existing folder of that name.
+
+    An existing `final_dir` is moved aside first and deleted only once the rename succeeded (a Python error in
+    between moves it back). The parent folder is fsynced so the new name survives a power loss.
+    """
+    parent, name = os.path.split(os.path.normpath(final_dir))
+    aside = None
+    if os.path.exists(final_dir):
+        aside = os.path.join(parent, f".{name}.old-{token}")
+        reach("rename_aside")
+        os.rename(final_dir, aside)
+    try:
+        reach("rename")
+        os.rename(temporary_dir, final_dir)
+    except BaseException:
+        if aside is not None and not os.path.exists(final_dir):
+            os.rename(aside, final_dir)
+        raise
+    fsync_directory(parent)
+    if aside is not None:
+        reach("delete_aside")
+        shutil.rmtree(aside, ignore_errors=True)
