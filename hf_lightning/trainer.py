@@ -37,6 +37,7 @@ from hf_lightning.callbacks import (
 )
 from hf_lightning.checkpoint import CheckpointMixin
 from hf_lightning.collate import pick_default_collator
+from hf_lightning.eval_utils import has_length, speed_metrics
 from hf_lightning.evaluation import EvaluationMixin
 from hf_lightning.loss import (
     LabelSmoother,
@@ -235,7 +236,7 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
                     " boolean argument which will be triggered after the last batch of the eval set to signal "
                     "that the summary statistics should be returned by the function."
                 )
-        if self.train_dataset is not None and not _has_length(self.train_dataset) and args.max_steps <= 0:
+        if self.train_dataset is not None and not has_length(self.train_dataset) and args.max_steps <= 0:
             raise ValueError(
                 "The train_dataset does not implement __len__, max_steps has to be specified. "
                 "The number of steps needs to be known in advance for the learning rate scheduler."
@@ -478,7 +479,7 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
 
     def set_initial_training_values(self, args: TrainingArguments, dataloader: DataLoader) -> tuple:
         """The reference's 7-tuple: epochs, updates per epoch, examples, samples, total batch, steps/epoch, max_steps."""
-        len_dataloader = len(dataloader) if _has_length(dataloader) else None
+        len_dataloader = len(dataloader) if has_length(dataloader) else None
         return schedule.initial_training_values(
             max_steps_arg=args.max_steps,
             num_train_epochs_arg=args.num_train_epochs,
@@ -750,21 +751,6 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
         deactivate_neftune(self.model, self.neftune_hook_handle)
 
 
-def speed_metrics(split: str, start_time: float, num_samples=None, num_steps=None, num_tokens=None) -> dict:
-    """Runtime and throughput keys, rounded as the reference rounds them."""
-    runtime = time.time() - start_time
-    result = {f"{split}_runtime": round(runtime, 4)}
-    if runtime == 0:
-        return result
-    if num_samples is not None:
-        result[f"{split}_samples_per_second"] = round(num_samples / runtime, 3)
-    if num_steps is not None:
-        result[f"{split}_steps_per_second"] = round(num_steps / runtime, 3)
-    if num_tokens is not None:
-        result[f"{split}_tokens_per_second"] = round(num_tokens / runtime, 3)
-    return result
-
-
 def _split_callbacks(callbacks: list | None) -> tuple[list, list]:
     """HF-style callbacks go to the callback handler; Lightning callbacks go to `lightning.Trainer`."""
     import lightning.pytorch as pl
@@ -785,13 +771,6 @@ def _value(enum_or_str: Any) -> Any:
     return getattr(enum_or_str, "value", enum_or_str)
 
 
-def _has_length(obj: Any) -> bool:
-    try:
-        return len(obj) is not None
-    except (TypeError, AttributeError, NotImplementedError):
-        return False
-
-
 def _is_model_parallel(model: nn.Module) -> bool:
     device_map = getattr(model, "hf_device_map", None)
     if device_map is None:
@@ -803,7 +782,7 @@ def _is_model_parallel(model: nn.Module) -> bool:
 def _transformers_logging():
     import sys
 
-    if "transformers" not in sys.modules:
+    if sys.modules.get("transformers") is None:
         return None
     from transformers.utils import logging as transformers_logging
 

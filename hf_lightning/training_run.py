@@ -34,7 +34,7 @@ def run_training(
     ignore_keys_for_eval: list[str] | None,
 ) -> TrainOutput:
     """The reference's `train()`: model re-init, checkpointing hooks, then the (batch-size retrying) inner loop."""
-    from hf_lightning.trainer import speed_metrics
+    from hf_lightning.eval_utils import speed_metrics
 
     if resume_from_checkpoint is False:
         resume_from_checkpoint = None
@@ -45,6 +45,8 @@ def run_training(
         )
     args = trainer.args
     trainer.is_in_train = True
+    # Training prepares the model: a later evaluate() reports no model preparation time (as the reference).
+    trainer._model_is_prepared = True
     trainer._trial = trial
     trainer._ignore_keys_for_eval = ignore_keys_for_eval
     if trainer.model_init is not None:
@@ -189,6 +191,8 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
     trainer._last_grad_norm = None
     trainer._last_learning_rate = None
     trainer.model.zero_grad()
+    # An evaluate() before train() leaves the model in eval mode; Lightning expects train mode at fit.
+    trainer.model.train()
 
     callback = _TrainBeginBridge(trainer, train_dataloader)
     lightning_trainer.callbacks.insert(0, callback)

@@ -88,11 +88,13 @@ def test_default_plan_builds_a_real_lightning_trainer(make_args, tmp_path):
     assert plan.module_settings["max_grad_norm"] == 1.0
 
 
-def test_default_save_strategy_is_a_warning_not_a_refusal(make_args):
+def test_default_save_strategy_is_honoured_without_warnings(make_args):
     plan = translate(make_args(), CPU)
-    assert plan.notes["save_strategy"].status == "warned"
-    assert any(message.startswith("save_strategy='steps'") for message in plan.warnings())
-    assert translate(make_args(save_strategy="no"), CPU).warnings() == []
+    assert plan.notes["save_strategy"].status == "honoured"
+    assert plan.warnings() == []
+    assert translate(make_args(save_strategy="epoch", save_total_limit=2), CPU).notes["save_total_limit"].status == (
+        "honoured"
+    )
 
 
 # ------------------------------------------------------------------ module settings
@@ -302,12 +304,7 @@ def test_deepspeed_auto_values_are_filled_once_the_feature_lands(make_args, monk
         ("hub_private_repo", {"hub_private_repo": True}, ["Hub"]),
         ("hub_revision", {"hub_revision": "dev"}, ["Hub"]),
         ("hub_always_push", {"hub_always_push": True}, ["Hub"]),
-        ("eval_strategy", {"eval_strategy": "steps", "eval_steps": 10}, ["evaluation", "eval_strategy='no'"]),
-        ("eval_on_start", {"eval_on_start": True}, ["evaluation"]),
-        ("save_strategy", {"save_strategy": "epoch"}, ["checkpoint"]),
-        ("save_steps", {"save_steps": 100}, ["checkpoint"]),
-        ("save_total_limit", {"save_total_limit": 2}, ["checkpoint"]),
-        ("enable_jit_checkpoint", {"enable_jit_checkpoint": True}, ["checkpoint"]),
+        ("enable_jit_checkpoint", {"enable_jit_checkpoint": True}, ["SIGTERM"]),
         ("skip_memory_metrics", {"skip_memory_metrics": False}, ["memory"]),
         ("use_liger_kernel", {"use_liger_kernel": True}, ["liger"]),
         ("debug", {"debug": "underflow_overflow"}, ["underflow_overflow"]),
@@ -333,9 +330,9 @@ def test_parallelism_config_is_refused(make_args):
 
 def test_every_refusal_is_listed_in_one_error(make_args):
     message = refusal(
-        make_args(push_to_hub=True, hub_model_id="me/m", eval_strategy="epoch", report_to="clearml")
+        make_args(push_to_hub=True, hub_model_id="me/m", enable_jit_checkpoint=True, report_to="clearml")
     )
-    for field in ("push_to_hub", "eval_strategy", "report_to"):
+    for field in ("push_to_hub", "enable_jit_checkpoint", "report_to"):
         assert f"{field}=" in message
 
 
@@ -355,6 +352,7 @@ def test_liger_kernel_is_honoured_when_installed(make_args):
 
 def test_features_flip_from_refused_to_honoured(make_args, monkeypatch):
     args = make_args(eval_strategy="steps", eval_steps=10, per_device_eval_batch_size=4)
+    monkeypatch.setitem(features.FEATURES, "evaluation", (False, "evaluation"))
     assert "eval_strategy=" in refusal(args)
     monkeypatch.setitem(features.FEATURES, "evaluation", (True, "evaluation"))
     plan = translate(args, CPU)
@@ -363,7 +361,8 @@ def test_features_flip_from_refused_to_honoured(make_args, monkeypatch):
     assert plan.notes["per_device_eval_batch_size"].status == "honoured"
 
 
-def test_eval_only_fields_are_accepted_while_evaluation_has_not_landed(make_args):
+def test_eval_only_fields_are_accepted_while_evaluation_has_not_landed(make_args, monkeypatch):
+    monkeypatch.setitem(features.FEATURES, "evaluation", (False, "evaluation"))
     plan = translate(make_args(per_device_eval_batch_size=32, eval_accumulation_steps=4), CPU)
     assert plan.notes["per_device_eval_batch_size"].status == "not-applicable"
     assert "evaluate()" in plan.notes["per_device_eval_batch_size"].how

@@ -150,10 +150,11 @@ def _best_metric_option(field: str, value: Any, ctx: Context) -> Decision:
 
 def _resume_option(how_landed: str) -> Any:
     def handler(field: str, value: Any, ctx: Context) -> Decision:
-        if ctx.landed("checkpoints"):
+        if ctx.landed("resume"):
             return honoured(how_landed)
         return not_applicable(
-            "only read when resuming from a checkpoint, which has not landed in hf_lightning yet"
+            "only read when resuming from a checkpoint, which has not landed in hf_lightning yet "
+            "(train(resume_from_checkpoint=...) raises ValueError)"
         )
 
     return handler
@@ -162,9 +163,9 @@ def _resume_option(how_landed: str) -> Any:
 def _enable_jit_checkpoint(field: str, value: Any, ctx: Context) -> Decision:
     if not value:
         return honoured("no checkpoint on SIGTERM")
-    if ctx.landed("checkpoints"):
+    if ctx.landed("jit_checkpoint"):
         return honoured("facade: a SIGTERM handler saves a checkpoint before exiting")
-    return refused(not_landed_message("checkpoints", "set enable_jit_checkpoint=False"))
+    return refused(not_landed_message("jit_checkpoint", "set enable_jit_checkpoint=False"))
 
 
 # ------------------------------------------------------------------ seq2seq generation
@@ -297,7 +298,7 @@ ENTRIES: list[FieldEntry] = [
         feature="checkpoints",
     ),
     FieldEntry(
-        "enable_jit_checkpoint", False, _enable_jit_checkpoint, "checkpoint on SIGTERM", feature="checkpoints"
+        "enable_jit_checkpoint", False, _enable_jit_checkpoint, "checkpoint on SIGTERM", feature="jit_checkpoint"
     ),
     FieldEntry(
         "push_to_hub",
@@ -340,14 +341,14 @@ ENTRIES: list[FieldEntry] = [
         False,
         _resume_option("facade: on resume, the dataloader is not fast-forwarded"),
         "resume without skipping batches",
-        feature="checkpoints",
+        feature="resume",
     ),
     FieldEntry(
         "restore_callback_states_from_checkpoint",
         False,
         _resume_option("facade: stateful callbacks restored on resume"),
         "restore callbacks on resume",
-        feature="checkpoints",
+        feature="resume",
     ),
 ]
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 # feature name -> (landed, what it covers, in the user's words)
 FEATURES: dict[str, tuple[bool, str]] = {
-    "evaluation": (False, "evaluation (during training and through evaluate()/predict())"),
-    "checkpoints": (False, "checkpoint saving, rotation and resuming"),
+    "evaluation": (True, "evaluation (during training and through evaluate()/predict())"),
+    "checkpoints": (True, "checkpoint saving, rotation and the best model"),
+    "resume": (False, "resuming training from a checkpoint"),
+    "jit_checkpoint": (False, "a checkpoint saved on SIGTERM"),
     "hub": (False, "Hugging Face Hub support"),
     "memory_metrics": (False, "memory metrics (skip_memory_metrics=False)"),
     "generation": (False, "generation during evaluation (predict_with_generate)"),
