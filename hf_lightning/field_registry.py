@@ -56,3 +56,7 @@ def registry_markdown() -> str:
         doc = entry.doc.replace("|", "\\|")
         lines.append(f"| `{name}` | `{entry.default!r}` | {_support(entry, landed)} | {doc} |")
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(registry_markdown(), end="")

@@ -186,6 +186,12 @@ class HFLightningTrainer(EvaluationMixin, CheckpointMixin):
         if getattr(self.model, "config", None) is not None:
             self.model.config.use_cache = args.use_cache
 
+    def explain(self) -> str:
+        """How each argument is translated onto Lightning, one line per field (honoured / refused / ...)."""
+        from hf_lightning.translate import explain
+
+        return explain(self.plan)
+
     # ---- construction helpers ---------------------------------------------------------------
     def _set_process_log_level(self) -> None:
         transformers_logging = _transformers_logging()

@@ -273,7 +273,7 @@ ENTRIES: list[FieldEntry] = [
         "save_strategy",
         "steps",
         _save_strategy,
-        "checkpoints during training (default: warned until checkpoints land)",
+        "checkpoints during training, written atomically",
         feature="checkpoints",
     ),
     FieldEntry(

@@ -31,7 +31,7 @@ def _num_train_epochs(field: str, value: Any, ctx: Context) -> Decision:
         return not_applicable("max_steps > 0 sets the run length instead (as in the reference)")
     return honoured(
         "schedule.py: max_steps = ceil(num_train_epochs * updates per epoch) at train start; "
-        "Lightning runs with max_epochs=-1 and stops at that update count"
+        "Lightning gets max_epochs = ceil(num_train_epochs) and max_steps = that update count"
     )
 
 
@@ -316,8 +316,8 @@ ENTRIES: list[FieldEntry] = [
         "lr_scheduler_type",
         "linear",
         _lr_scheduler_type,
-        "every schedule, stepped per update by the module; `reduce_lr_on_plateau` / `greedy` are refused "
-        "until evaluation lands",
+        "every schedule, stepped per update by the module; `reduce_lr_on_plateau` / `greedy` are stepped "
+        "with the evaluation metric after each evaluation",
     ),
     FieldEntry("lr_scheduler_kwargs", None, _lr_scheduler_kwargs, "passed to the schedule factory"),
     FieldEntry(
