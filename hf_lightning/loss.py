@@ -7,6 +7,7 @@ come from it, to decide whether a model's loss shifts its labels (causal LM).
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -131,3 +132,55 @@ def deactivate_neftune(model: nn.Module, hook_handle) -> None:
     hook_handle.remove()
     if hasattr(embeddings, "neftune_noise_alpha"):
         del embeddings.neftune_noise_alpha
+
+
+class UnusedItemCountProbe:
+    """Warns once when a model counted as normalising by `num_items_in_batch` does not use it.
+
+    The reference treats any model whose forward takes `**kwargs` as already normalising its loss by
+    the window's label count, so it does not divide by the accumulation steps (a documented quirk we
+    reproduce). Heads that ignore the count (e.g. sequence classification) then train with GA-times
+    larger gradients. The probe costs no extra forward: the count of the first window is made a leaf
+    that requires grad, and after that micro-batch's backward an empty `.grad` means the loss never
+    used it.
+    """
+
+    def __init__(self) -> None:
+        self._finished = False
+        self._count: torch.Tensor | None = None
+
+    def arm(self, trainer: Any, num_items_in_batch: Any, window_size: int) -> Any:
+        """Return the count to pass to the first micro-batch (a grad-requiring copy when probing)."""
+        if self._finished:
+            return num_items_in_batch
+        self._finished = True
+        probing = (
+            window_size > 1
+            and trainer.loss_is_scaled_for_ga is None
+            and trainer.model_accepts_loss_kwargs
+            and trainer.compute_loss_func is None
+            and torch.is_tensor(num_items_in_batch)
+            and num_items_in_batch.is_floating_point()
+        )
+        if not probing:
+            return num_items_in_batch
+        self._count = num_items_in_batch.detach().clone().requires_grad_(True)
+        return self._count
+
+    def check(self, model: nn.Module) -> None:
+        """After the first micro-batch's backward: warn if its loss did not depend on the count."""
+        if self._count is None:
+            return
+        unused = self._count.grad is None
+        self._count = None
+        if unused:
+            warnings.warn(
+                f"{type(model).__name__}.forward accepts **kwargs, so (as in transformers.Trainer) its loss is "
+                "treated as already normalised by `num_items_in_batch` and is not divided by "
+                "gradient_accumulation_steps; but the loss does not use `num_items_in_batch`, so gradients "
+                "and logged losses are gradient_accumulation_steps times a per-batch mean. To divide by the "
+                "accumulation steps instead, set `loss_is_scaled_for_ga = False` on a Trainer subclass or "
+                "`model.accepts_loss_kwargs = False`.",
+                UserWarning,
+                stacklevel=2,
+            )

@@ -17,6 +17,7 @@ import lightning.pytorch as pl
 import torch
 
 from hf_lightning import schedule
+from hf_lightning.loss import UnusedItemCountProbe
 
 if TYPE_CHECKING:
     from hf_lightning.trainer import HFLightningTrainer
@@ -54,6 +55,7 @@ class HFLightningModule(pl.LightningModule):
         # A plain attribute (not a submodule): the facade is not part of the module tree.
         object.__setattr__(self, "_facade", facade)
         self._micro_batch_index = -1
+        self._item_count_probe = UnusedItemCountProbe()
 
     @property
     def facade(self) -> HFLightningTrainer:
@@ -102,6 +104,7 @@ class HFLightningModule(pl.LightningModule):
         run.updates_done_in_epoch += 1
         facade.current_gradient_accumulation_steps = len(batch_samples)
         model = facade.model_wrapped
+        probed_count = self._item_count_probe.arm(facade, num_items_in_batch, len(batch_samples))
         for index, inputs in enumerate(batch_samples):
             self._micro_batch_index += 1
             step = self._micro_batch_index
@@ -109,7 +112,9 @@ class HFLightningModule(pl.LightningModule):
             if step % run.ga == 0:
                 facade._fire("on_step_begin")
             with self._sync_context(is_last_in_window=index == len(batch_samples) - 1):
-                loss_step = facade.training_step(model, inputs, num_items_in_batch)
+                loss_step = facade.training_step(model, inputs, probed_count if index == 0 else num_items_in_batch)
+            if index == 0:
+                self._item_count_probe.check(facade.model)
             facade._accumulate_loss(loss_step)
             facade.current_flos += float(facade.floating_point_ops(inputs))
             facade._track_num_input_tokens(inputs)

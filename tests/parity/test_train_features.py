@@ -334,3 +334,26 @@ def test_sequential_order_every_epoch(tmp_path):
     )
     assert result.ours.trainer.model.seen == result.reference.trainer.model.seen == list(range(6)) * 2
     assert_log_history_matches(result)
+
+
+def test_warns_once_when_kwargs_model_ignores_item_count(tmp_path):
+    """decisions.md: BERT's loss ignores num_items_in_batch yet counts as scaled -> one warning; GPT-2 uses it."""
+    import warnings
+
+    from hf_lightning import TrainingArguments
+    from hf_lightning.trainer import HFLightningTrainer
+
+    def run(model, data):
+        args = TrainingArguments(
+            output_dir=str(tmp_path), use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True,
+            per_device_train_batch_size=2, gradient_accumulation_steps=2, num_train_epochs=2,
+        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            HFLightningTrainer(model=model, args=args, train_dataset=data).train()
+        return [w for w in caught if "num_items_in_batch" in str(w.message)]
+
+    bert_warnings = run(make_tiny_bert_classifier(), classification_data(8))
+    assert len(bert_warnings) == 1
+    assert "BertForSequenceClassification" in str(bert_warnings[0].message)
+    assert run(make_tiny_gpt2(), padded_lm_data(8)) == []
