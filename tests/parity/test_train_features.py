@@ -357,3 +357,20 @@ def test_warns_once_when_kwargs_model_ignores_item_count(tmp_path):
     assert len(bert_warnings) == 1
     assert "BertForSequenceClassification" in str(bert_warnings[0].message)
     assert run(make_tiny_gpt2(), padded_lm_data(8)) == []
+
+
+@pytest.mark.parametrize("strategy", ["group_by_length", "batch_rebalance"])
+def test_length_aware_sampling(tmp_path, strategy):
+    """Both length-aware samplers give the reference's batches, so losses match step by step."""
+    result = run_parity(
+        make_tiny_gpt2(),
+        padded_lm_data(16),
+        tmp_path,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        num_train_epochs=2,
+        train_sampling_strategy=strategy,
+    )
+    assert_parity(result)
