@@ -112,7 +112,9 @@ class HFLightningModule(pl.LightningModule):
             if step % run.ga == 0:
                 facade._fire("on_step_begin")
             with self._sync_context(is_last_in_window=index == len(batch_samples) - 1):
-                loss_step = facade.training_step(model, inputs, probed_count if index == 0 else num_items_in_batch)
+                loss_step = facade.training_step(
+                    model, inputs, probed_count if index == 0 else num_items_in_batch
+                )
             if index == 0:
                 self._item_count_probe.check(facade.model)
             facade._accumulate_loss(loss_step)
