@@ -374,3 +374,33 @@ def test_length_aware_sampling(tmp_path, strategy):
         train_sampling_strategy=strategy,
     )
     assert_parity(result)
+
+
+class TupleOutputMLP(nn.Module):
+    """Returns `(loss, logits)`: the loss is the first element."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 1)
+
+    def forward(self, x, labels=None):
+        logits = self.linear(x).squeeze(-1)
+        return (nn.functional.mse_loss(logits, labels), logits)
+
+
+class ModelOutputMLP(TupleOutputMLP):
+    """Returns a transformers ModelOutput (a dict subclass with attribute access)."""
+
+    def forward(self, x, labels=None):
+        from transformers.modeling_outputs import SequenceClassifierOutput
+
+        loss, logits = super().forward(x, labels)
+        return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+@pytest.mark.parametrize("model_cls", [TupleOutputMLP, ModelOutputMLP])
+def test_tuple_and_model_output_returning_modules(tmp_path, model_cls):
+    torch.manual_seed(0)
+    result = run_parity(model_cls(), regression_data(10), tmp_path, **MLP_ARGS, dataloader_drop_last=True)
+    assert_parity(result)
+    assert result.ours.output.global_step == 6  # 10 samples, batch 3, drop_last: 3 batches x 2 epochs
