@@ -4,12 +4,11 @@ Same fields, order and defaults as transformers 5.24 (see ``args_fields.py``), t
 ``__post_init__`` normalisation (spec R1.2), validation (``args_validation.py``), v4 keyword aliases
 (``args_aliases.py``), serialisation and helpers. Unlike the reference, building the arguments does
 not set up accelerate or a process group: the process layout is read from the launcher's env
-variables, and the device is derived lazily.
+variables, and the device is derived lazily (``args_process.py``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib.util
 import json
@@ -18,21 +17,20 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
-from datetime import timedelta
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from hf_lightning.args_accelerator import AcceleratorConfig, to_accelerator_config
 from hf_lightning.args_aliases import ALIAS_ATTRIBUTE_DEFAULTS, with_v4_aliases
-from hf_lightning.args_fields import TRAINER_LOG_LEVELS, TrainingArgumentsFields, convert_str_dict
+from hf_lightning.args_fields import TrainingArgumentsFields, convert_str_dict
 from hf_lightning.args_parallel import (
     deepspeed_fill_at_construction,
     load_deepspeed_config,
     process_fsdp_args,
 )
+from hf_lightning.args_process import TrainingArgumentsProcess, mps_available, transformers_verbosity
 from hf_lightning.args_setters import TrainingArgumentsSetters
 from hf_lightning.args_validation import (
     check_eval_steps_available,
@@ -45,7 +43,6 @@ from hf_lightning.enums import (
     HubStrategy,
     IntervalStrategy,
     OptimizerNames,
-    ParallelMode,
     SaveStrategy,
     SchedulerType,
 )
@@ -60,15 +57,6 @@ _SEQ2SEQ_FIELDS = (
     "generation_max_length",
     "generation_num_beams",
 )
-
-
-def _transformers_verbosity(logger_name: str = "transformers") -> int:
-    """transformers' current verbosity: its logger's level once imported, else what its import would set."""
-    if "transformers" in sys.modules:
-        return logging.getLogger(logger_name).getEffectiveLevel()
-    env_level = os.environ.get("TRANSFORMERS_VERBOSITY", "")
-    level = TRAINER_LOG_LEVELS.get(env_level, -1)
-    return level if level > 0 else logging.WARNING
 
 
 def _available_reporting_integrations() -> list[str]:
@@ -105,24 +93,6 @@ def _kubeflow_enabled() -> bool:
     return os.getenv("KUBEFLOW_TRAINER_SERVER_URL") is not None
 
 
-def _int_env(name: str, default: int) -> int:
-    value = os.environ.get(name, "")
-    return int(value) if value.strip().lstrip("-").isdigit() else default
-
-
-def _launched() -> bool:
-    """Whether a launcher (torchrun, Lightning, mpirun via WORLD_SIZE) started this process."""
-    return _int_env("LOCAL_RANK", -1) != -1 or _int_env("WORLD_SIZE", 1) > 1
-
-
-def _dist_initialized() -> bool:
-    if "torch" not in sys.modules:
-        return False
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()
-
-
 def _apply_tf32(enable: bool) -> None:
     """Switch TF32 matmuls the way the reference's ``enable_tf32`` does."""
     import torch
@@ -136,7 +106,7 @@ def _apply_tf32(enable: bool) -> None:
 
 @with_v4_aliases
 @dataclass
-class TrainingArguments(TrainingArgumentsSetters, TrainingArgumentsFields):
+class TrainingArguments(TrainingArgumentsSetters, TrainingArgumentsProcess, TrainingArgumentsFields):
     """The reference's ``TrainingArguments`` (transformers 5.24): fields, normalisation, validation, helpers.
 
     v4 keywords (``evaluation_strategy``, ``warmup_ratio``, ``no_cuda``, ...) are accepted by the
@@ -175,7 +145,7 @@ class TrainingArguments(TrainingArgumentsSetters, TrainingArgumentsFields):
 
         self.output_dir = os.path.expanduser(self.output_dir)
         if self.disable_tqdm is None:
-            self.disable_tqdm = _transformers_verbosity("transformers.training_args") > logging.WARNING
+            self.disable_tqdm = transformers_verbosity("transformers.training_args") > logging.WARNING
         if isinstance(self.include_num_input_tokens_seen, bool):
             self.include_num_input_tokens_seen = "all" if self.include_num_input_tokens_seen else "no"
 
@@ -256,7 +226,7 @@ class TrainingArguments(TrainingArgumentsSetters, TrainingArgumentsFields):
         if (
             self.dataloader_multiprocessing_context is None
             and self.dataloader_num_workers > 1
-            and _mps_available()
+            and mps_available()
         ):
             self.dataloader_multiprocessing_context = "fork"
 
@@ -314,70 +284,7 @@ class TrainingArguments(TrainingArgumentsSetters, TrainingArgumentsFields):
             valid_types.append(sys.modules["torch"].Tensor)
         return {k: v if type(v) in valid_types else str(v) for k, v in d.items()}
 
-    # ----------------------------------------------------------------- processes and devices
-
-    @property
-    def world_size(self) -> int:
-        """Number of processes (the launcher's ``WORLD_SIZE``; 1 when not launched)."""
-        if _dist_initialized():
-            return sys.modules["torch.distributed"].get_world_size()
-        return max(1, _int_env("WORLD_SIZE", 1)) if _launched() else 1
-
-    @property
-    def process_index(self) -> int:
-        """Global rank of this process."""
-        if _dist_initialized():
-            return sys.modules["torch.distributed"].get_rank()
-        return _int_env("RANK", 0) if _launched() else 0
-
-    @property
-    def local_process_index(self) -> int:
-        """Rank of this process on its node."""
-        return max(0, _int_env("LOCAL_RANK", 0)) if _launched() else 0
-
-    @property
-    def device(self) -> Any:
-        """The ``torch.device`` of this process; computed without initialising CUDA or a process group."""
-        import torch
-
-        if self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() in (
-            "1",
-            "true",
-            "yes",
-            "on",
-        ):
-            return torch.device("cpu")
-        if torch.cuda.is_available():
-            return torch.device("cuda", self.local_process_index if self._is_distributed() else 0)
-        if _mps_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-
-    @property
-    def n_gpu(self) -> int:
-        """GPUs used by this process: 0 on CPU, 1 under a launcher, all visible CUDA devices otherwise."""
-        import torch
-
-        device = self.device
-        if device.type == "cpu":
-            return 0
-        if device.type == "cuda" and not self._is_distributed():
-            return torch.cuda.device_count()
-        return 1
-
-    def _is_distributed(self) -> bool:
-        return _launched() or (_dist_initialized() and self.world_size > 1)
-
-    @property
-    def parallel_mode(self) -> ParallelMode:
-        """``tpu`` / ``distributed`` (one process per device) / ``not_distributed`` (DataParallel) / ``not_parallel``."""
-        if importlib.util.find_spec("torch_xla") is not None:
-            return ParallelMode.TPU
-        if self._is_distributed():
-            return ParallelMode.DISTRIBUTED
-        if self.n_gpu > 1:
-            return ParallelMode.NOT_DISTRIBUTED
-        return ParallelMode.NOT_PARALLEL
+    # ----------------------------------------------------------------- derived values
 
     @property
     def train_batch_size(self) -> int:
@@ -390,21 +297,6 @@ class TrainingArguments(TrainingArgumentsSetters, TrainingArgumentsFields):
         return self.per_device_eval_batch_size * max(1, self.n_gpu)
 
     @property
-    def ddp_timeout_delta(self) -> timedelta:
-        """``ddp_timeout`` as the ``timedelta`` process-group creation expects."""
-        return timedelta(seconds=self.ddp_timeout)
-
-    @property
-    def should_log(self) -> bool:
-        """Whether this process logs: the main process of each node, or only of node 0."""
-        return self.local_process_index == 0 if self.log_on_each_node else self.process_index == 0
-
-    @property
-    def should_save(self) -> bool:
-        """Whether this process writes checkpoints: the main process of each node, or only of node 0."""
-        return self.local_process_index == 0 if self.save_on_each_node else self.process_index == 0
-
-    @property
     def place_model_on_device(self) -> bool | None:
         """Hook for subclasses; ``None`` lets the trainer decide."""
         return None
@@ -412,47 +304,6 @@ class TrainingArguments(TrainingArgumentsSetters, TrainingArgumentsFields):
     @property
     def _no_sync_in_gradient_accumulation(self) -> bool:
         return not self.deepspeed
-
-    def get_process_log_level(self) -> int:
-        """Log level of this process: ``log_level`` on logging processes, ``log_level_replica`` elsewhere.
-
-        ``passive`` means the current transformers verbosity (30 unless transformers changed it). An
-        unknown name raises ``KeyError``, as in the reference.
-        """
-        main = TRAINER_LOG_LEVELS[self.log_level]
-        replica = TRAINER_LOG_LEVELS[self.log_level_replica]
-        main = _transformers_verbosity() if main == -1 else main
-        replica = _transformers_verbosity() if replica == -1 else replica
-        return main if self.should_log else replica
-
-    @contextlib.contextmanager
-    def main_process_first(self, local: bool = True, desc: str = "work") -> Iterator[None]:
-        """Run the body on the main process (per node if ``local``) before the other processes run it."""
-        if self.world_size <= 1:
-            yield
-            return
-        if not _dist_initialized():
-            warnings.warn(
-                f"main_process_first({desc!r}): the torch.distributed process group is not initialised yet, so "
-                "the processes run the body without waiting for each other.",
-                stacklevel=3,
-            )
-            yield
-            return
-        import torch.distributed as dist
-
-        is_main = self.local_process_index == 0 if local else self.process_index == 0
-        try:
-            if not is_main:
-                logger.debug("%s: waiting for the main process to perform %s", self.process_index, desc)
-                dist.barrier()
-            yield
-        finally:
-            if is_main:
-                logger.debug(
-                    "%s: main process completed %s, releasing all replicas", self.process_index, desc
-                )
-                dist.barrier()
 
     def get_warmup_steps(self, num_training_steps: int) -> int:
         """Warmup steps: ``int(warmup_steps)`` if >= 1, else ``ceil(num_training_steps * warmup_steps)``.
@@ -464,13 +315,6 @@ class TrainingArguments(TrainingArgumentsSetters, TrainingArgumentsFields):
         if self.warmup_steps >= 1:
             return int(self.warmup_steps)
         return math.ceil(num_training_steps * self.warmup_steps)
-
-
-def _mps_available() -> bool:
-    import torch
-
-    mps = getattr(torch.backends, "mps", None)
-    return mps is not None and mps.is_available()
 
 
 def _dict_dtype_to_str(d: dict[str, Any]) -> None:

@@ -4,11 +4,12 @@ Everything is generated in-process from a seed (nothing is downloaded and transf
 needed), so a new user sees a real training run, with a metric well above chance, in under a minute
 on a laptop CPU.
 
-The task ("topic with negation"): each sentence mentions words of its topic plainly and words of
-one other topic after a negator ("not storm", "without garlic"). The label is the topic of the plain
-words. Because the negated topic is often mentioned as many times or more, counting words (a bag of
-words) is right only about three times in four; the model must read each word in context, which is
-what a transformer's attention is for.
+The task ("main topic"): each sentence mixes filler words with words of its topic and, fewer of
+them, words of one other topic; the label is the topic with the most words. Four classes, chance
+25%. It is deliberately easy (a tiny transformer passes 90% in a few hundred steps): the
+main job is a smoke test that proves the whole training stack works, not a benchmark. A negation
+variant that bags of words cannot solve was tried and rejected: a tiny transformer learns it in
+some seeds and not others within the time budget, and the first run must succeed for every seed.
 """
 
 from __future__ import annotations
@@ -56,14 +57,12 @@ FILLER_WORDS: tuple[str, ...] = (
     "saw", "liked", "read", "heard", "again", "all", "some",
 )  # fmt: skip
 
-NEGATORS: tuple[str, ...] = ("not", "no", "without", "never")
-
 PAD_TOKEN, UNK_TOKEN, CLS_TOKEN = "[PAD]", "[UNK]", "[CLS]"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN)  # ids 0, 1, 2
 
 DEFAULT_TRAIN_SIZE = 4000
 DEFAULT_EVAL_SIZE = 400
-MAX_LENGTH = 32  # longest generated sentence is 17 words + [CLS]; room for user text
+MAX_LENGTH = 32  # longest generated sentence is 15 words + [CLS]; the rest is room for user text
 
 CONFIG_NAME = "config.json"
 VOCAB_NAME = "vocab.json"
@@ -87,17 +86,13 @@ def generate_examples(num_examples: int, seed: int, split: str) -> list[dict[str
     for _ in range(num_examples):
         label = rng.randrange(NUM_LABELS)
         other = rng.choice([index for index in range(NUM_LABELS) if index != label])
-        plain_count = rng.randint(2, 3)
-        negated_count = rng.randint(0, 3)
-        filler_count = rng.randint(3, 8)
-        # A sentence is a shuffle of units; "negator word" stays one unit so the negation is adjacent.
-        units = [[word] for word in rng.sample(TOPIC_WORDS[TOPICS[label]], plain_count)]
-        units += [
-            [rng.choice(NEGATORS), word] for word in rng.sample(TOPIC_WORDS[TOPICS[other]], negated_count)
-        ]
-        units += [[rng.choice(FILLER_WORDS)] for _ in range(filler_count)]
-        rng.shuffle(units)
-        examples.append({"text": " ".join(word for unit in units for word in unit), "label": label})
+        topic_count = rng.randint(2, 4)
+        other_count = rng.randint(0, topic_count - 1)  # strictly fewer, so the label is never a tie
+        words = rng.sample(TOPIC_WORDS[TOPICS[label]], topic_count)
+        words += rng.sample(TOPIC_WORDS[TOPICS[other]], other_count)
+        words += [rng.choice(FILLER_WORDS) for _ in range(rng.randint(3, 8))]
+        rng.shuffle(words)
+        examples.append({"text": " ".join(words), "label": label})
     return examples
 
 
@@ -258,16 +253,6 @@ class EmbeddedCollator:
 # ----------------------------------------------------------------------------------------------
 
 
-def sinusoidal_positions(num_positions: int, d_model: int) -> torch.Tensor:
-    """The fixed sine / cosine position codes of "Attention Is All You Need", shape (num_positions, d_model)."""
-    positions = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)
-    frequencies = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-    codes = torch.zeros(num_positions, d_model)
-    codes[:, 0::2] = torch.sin(positions * frequencies)
-    codes[:, 1::2] = torch.cos(positions * frequencies)
-    return codes
-
-
 class TinyTransformerClassifier(nn.Module):
     """A 2-layer transformer encoder with masked mean pooling and a linear head; a plain `nn.Module`.
 
@@ -301,11 +286,7 @@ class TinyTransformerClassifier(nn.Module):
             "pad_token_id": pad_token_id,
         }
         self.token_embeddings = nn.Embedding(vocab_size, d_model, padding_idx=pad_token_id)
-        # Fixed sinusoidal positions: "the word before me" is then a linear function of the position
-        # code, which lets attention learn negation in a few hundred steps (learned positions take longer).
-        self.register_buffer(
-            "position_embeddings", sinusoidal_positions(max_position_embeddings, d_model), persistent=False
-        )
+        self.position_embeddings = nn.Embedding(max_position_embeddings, d_model)
         self.embedding_dropout = nn.Dropout(dropout)
         layer = nn.TransformerEncoderLayer(
             d_model, num_heads, dim_feedforward, dropout, batch_first=True, norm_first=True
@@ -330,8 +311,9 @@ class TinyTransformerClassifier(nn.Module):
             )
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        hidden = self.token_embeddings(input_ids) * math.sqrt(self.model_config["d_model"])
-        hidden = self.embedding_dropout(hidden + self.position_embeddings[: input_ids.shape[1]])
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        hidden = self.token_embeddings(input_ids) + self.position_embeddings(positions)
+        hidden = self.embedding_dropout(hidden)
         hidden = self.encoder(hidden, src_key_padding_mask=attention_mask == 0)
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
@@ -382,7 +364,7 @@ def default_training_args(output_dir: str | Path, seed: int) -> dict[str, Any]:
         "learning_rate": 2e-3,
         "weight_decay": 0.01,
         "warmup_steps": 0.1,  # a float below 1 is a ratio of the total steps (v5 semantics)
-        "num_train_epochs": 4,
+        "num_train_epochs": 3,
         "per_device_train_batch_size": 32,
         "per_device_eval_batch_size": 128,
         "logging_steps": 25,

@@ -203,7 +203,7 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "per_device_eval_batch_size",
         8,
-        _eval_only("data.py: batch size of the eval / test dataloaders"),
+        _eval_only("dataloaders.py: batch size of the eval / test dataloaders"),
         "eval dataloader batch size",
         feature="evaluation",
     ),

@@ -79,7 +79,7 @@ def _optim_target_modules(field: str, value: Any, ctx: Context) -> Decision:
     optim = str(ctx.get("optim"))
     uses_targets = optim.startswith(_TARGET_MODULE_OPTIMIZERS)
     if uses_targets:
-        return honoured("optim.py: selects the modules GaLore / APOLLO project")
+        return honoured("optim_extras.py: selects the modules GaLore / APOLLO project")
     return not_applicable(
         f"only GaLore / APOLLO optimizers read it; optim={optim!r} does not (as in the reference)"
     )
