@@ -35,6 +35,7 @@ from .eval_utils import (
     speed_metrics,
 )
 from .outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
+from .precision import forward_autocast_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -463,11 +464,7 @@ class EvaluationMixin:
 
     def _mixed_precision_dtype(self) -> torch.dtype | None:
         """The autocast dtype of `fp16` / `bf16` mixed precision (the reference autocasts the forward), else None."""
-        if getattr(self.args, "bf16", False):
-            return torch.bfloat16
-        if getattr(self.args, "fp16", False):
-            return torch.float16
-        return None
+        return forward_autocast_dtype(self.args)
 
     def _add_speed_metrics(self, output: EvalLoopOutput, metric_key_prefix: str, start_time: float) -> None:
         """Add runtime and throughput; the model preparation time is not counted as evaluation time."""

@@ -13,6 +13,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from hf_lightning import schedule
+from hf_lightning.precision import lightning_precision_kwargs
 
 # Lightning's start-up banners ("GPU available", tips, "fit stopped") are noise next to the
 # reference's own output; real warnings still come through.
@@ -32,6 +33,7 @@ def quiet_lightning_banners() -> None:
 def lightning_trainer_kwargs(plan: Any, values: schedule.TrainingValues) -> dict[str, Any]:
     """The plan's `lightning.Trainer` kwargs with this run's step and epoch bounds."""
     kwargs = dict(plan.trainer_kwargs)
+    kwargs.update(lightning_precision_kwargs(kwargs.pop("precision", "32-true")))
     kwargs["max_steps"] = values.max_steps
     kwargs["max_epochs"] = -1 if values.num_train_epochs >= sys.maxsize else values.num_train_epochs
     return kwargs

@@ -18,6 +18,7 @@ import torch
 
 from hf_lightning import schedule
 from hf_lightning.loss import UnusedItemCountProbe
+from hf_lightning.precision import forward_autocast
 
 if TYPE_CHECKING:
     from hf_lightning.trainer import HFLightningTrainer
@@ -111,7 +112,10 @@ class HFLightningModule(pl.LightningModule):
             do_sync_step = schedule.is_sync_step(step, run.values.steps_in_epoch, run.ga)
             if step % run.ga == 0:
                 facade._fire("on_step_begin")
-            with self._sync_context(is_last_in_window=index == len(batch_samples) - 1):
+            with (
+                self._sync_context(is_last_in_window=index == len(batch_samples) - 1),
+                forward_autocast(facade.model, facade.args),
+            ):
                 loss_step = facade.training_step(
                     model, inputs, probed_count if index == 0 else num_items_in_batch
                 )

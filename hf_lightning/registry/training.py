@@ -154,7 +154,8 @@ def _bf16(field: str, value: Any, ctx: Context) -> Decision:
     if mixed_precision(ctx) != "bf16":
         return honoured("no bf16 autocast")
     return honoured(
-        "Lightning precision='bf16-mixed'; the loss is computed outside autocast in float32 (R7.6)",
+        "bf16 autocast around the model's forward only, outputs cast to float32 (R7.6); Lightning runs "
+        "'32-true' since its 'bf16-mixed' would autocast the whole step (precision.py)",
         trainer_kwargs={"precision": "bf16-mixed"},
     )
 
@@ -171,8 +172,9 @@ def _fp16(field: str, value: Any, ctx: Context) -> Decision:
             trainer_kwargs={"precision": "32-true"},
         )
     return honoured(
-        "Lightning precision='16-mixed' with a gradient scaler; the LR schedule does not step when the "
-        "scaler skips an update; the loss is computed outside autocast in float32 (R7.6)",
+        "fp16 autocast around the model's forward only (R7.6); Lightning's 16-mixed plugin keeps the "
+        "gradient scaler without its step-wide autocast; the LR schedule does not step when the scaler "
+        "skips an update (precision.py)",
         trainer_kwargs={"precision": "16-mixed"},
     )
 

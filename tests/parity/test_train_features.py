@@ -404,3 +404,26 @@ def test_tuple_and_model_output_returning_modules(tmp_path, model_cls):
     result = run_parity(model_cls(), regression_data(10), tmp_path, **MLP_ARGS, dataloader_drop_last=True)
     assert_parity(result)
     assert result.ours.output.global_step == 6  # 10 samples, batch 3, drop_last: 3 batches x 2 epochs
+
+
+def test_bf16_autocasts_only_the_forward(tmp_path):
+    """R7.6: bf16 on CPU; a compute_loss_func sees float32 logits; losses match the reference's."""
+    seen_dtypes = []
+
+    def loss_func(outputs, labels, num_items_in_batch=None):
+        seen_dtypes.append(outputs["logits"].dtype)
+        return nn.functional.cross_entropy(outputs["logits"], labels)
+
+    result = run_parity(
+        make_tiny_bert_classifier(),
+        classification_data(8),
+        tmp_path,
+        trainer_kwargs={"compute_loss_func": loss_func},
+        per_device_train_batch_size=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        num_train_epochs=1,
+        bf16=True,
+    )
+    assert_parity(result)
+    assert set(seen_dtypes) == {torch.float32}

@@ -1,0 +1,40 @@
+"""Precision translation: Lightning keeps only the fp16 scaler; the forward is autocast by us (R7.6)."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import torch
+
+from hf_lightning import TrainingArguments
+from hf_lightning.precision import forward_autocast, forward_autocast_dtype, lightning_precision_kwargs
+
+
+def test_lightning_gets_no_step_wide_autocast():
+    assert lightning_precision_kwargs("bf16-mixed") == {"precision": "32-true"}
+    assert lightning_precision_kwargs("32-true") == {"precision": "32-true"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "GradScaler is enabled, but CUDA is not available" on this machine
+        plugin = lightning_precision_kwargs("16-mixed")["plugins"][0]
+    assert plugin.precision == "16-mixed"
+    assert isinstance(plugin.forward_context(), contextlib.nullcontext)
+
+
+def test_forward_autocast_dtype_follows_the_reference(tmp_path):
+    assert forward_autocast_dtype(TrainingArguments(output_dir=str(tmp_path), use_cpu=True)) is None
+    assert forward_autocast_dtype(TrainingArguments(output_dir=str(tmp_path), use_cpu=True, bf16=True)) is torch.bfloat16
+    # accelerate turns fp16 autocast off on CPU: the reference trains in float32 there.
+    assert forward_autocast_dtype(TrainingArguments(output_dir=str(tmp_path), use_cpu=True, fp16=True)) is None
+
+
+def test_forward_autocast_casts_outputs_back_to_float32(tmp_path):
+    model = torch.nn.Linear(4, 4)
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, bf16=True)
+    inner_dtypes = []
+    model.register_forward_hook(lambda module, inputs, output: inner_dtypes.append(output.dtype))
+    with forward_autocast(model, args):
+        output = model(torch.randn(2, 4))
+    assert inner_dtypes == [torch.bfloat16]
+    assert output.dtype == torch.float32
+    assert model(torch.randn(2, 4)).dtype == torch.float32  # hooks removed after the context
