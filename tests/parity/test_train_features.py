@@ -427,3 +427,26 @@ def test_bf16_autocasts_only_the_forward(tmp_path):
     )
     assert_parity(result)
     assert set(seen_dtypes) == {torch.float32}
+
+
+@pytest.mark.parametrize("name", ["reduce_lr_on_plateau", "greedy"])
+def test_metric_driven_schedulers_step_after_evaluation(tmp_path, name):
+    """The two metric-driven schedules are stepped with eval_loss after each evaluation, as the reference."""
+    kwargs = {"patience": 0, "factor": 0.5} if name == "reduce_lr_on_plateau" else {"patience": 0, "min_lr": 1e-5}
+    result = run_parity(
+        make_regression_mlp(),
+        regression_data(12),
+        tmp_path,
+        trainer_kwargs={"eval_dataset": regression_data(6, seed=3)},
+        per_device_train_batch_size=3,
+        learning_rate=5e-2,
+        logging_steps=1,
+        num_train_epochs=3,
+        eval_strategy="steps",
+        eval_steps=2,
+        lr_scheduler_type=name,
+        lr_scheduler_kwargs=kwargs,
+    )
+    assert_parity(result)
+    learning_rates = [e["learning_rate"] for e in result.ours.log_history if "learning_rate" in e]
+    assert len(set(learning_rates)) > 1  # the schedule did react to the metric
