@@ -1,0 +1,40 @@
+"""A Hugging Face-style training script, moved to hf_lightning by changing one import.
+
+It trains the tiny transformer of hf_lightning's embedded task (generated data, in-process tokenizer,
+nothing downloaded). Run: `python examples/train_classifier.py --output_dir out --max_steps 60`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+# from transformers import Trainer, TrainingArguments
+from hf_lightning import Trainer, TrainingArguments
+from hf_lightning.embedded import build_embedded_run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--output_dir", default="example_output")
+    parser.add_argument("--max_steps", type=int, default=-1)
+    parser.add_argument("--seed", type=int, default=42)
+    cli = parser.parse_args()
+
+    run = build_embedded_run(cli.output_dir, seed=cli.seed)
+    args = TrainingArguments(**{**run["training_args"], "max_steps": cli.max_steps})
+    trainer = Trainer(
+        model=run["model"],
+        args=args,
+        data_collator=run["data_collator"],
+        train_dataset=run["train_dataset"],
+        eval_dataset=run["eval_dataset"],
+        processing_class=run["tokenizer"],
+        compute_metrics=run["compute_metrics"],
+    )
+    print(trainer.train())
+    print(trainer.evaluate())
+    trainer.save_model(cli.output_dir)
+
+
+if __name__ == "__main__":
+    main()
