@@ -215,3 +215,26 @@ def installed_logger_backends(find_spec: Any = None) -> frozenset[str]:
         if find(name) is not None:
             found.add(name)
     return frozenset(found)
+
+
+def publish_logs(lightning_trainer: Any, logs: Mapping[str, Any], step: int, *, outside_fit: bool) -> None:
+    """Send one `log()` entry to Lightning: `callback_metrics` (so Lightning's `ModelCheckpoint` /
+    `EarlyStopping` can monitor `eval_loss`) and every logger, with the reference's key rewrite."""
+    import torch
+
+    numeric = {
+        key: float(value)
+        for key, value in logs.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+    if not numeric:
+        return
+    callback_metrics = lightning_trainer.callback_metrics
+    for key, value in numeric.items():
+        callback_metrics[key] = torch.tensor(value)
+    rewritten = rewrite_logs(numeric)
+    for logger in lightning_trainer.loggers:
+        logger.log_metrics(rewritten, step=step)
+        if outside_fit:
+            # Lightning finalised the loggers when `fit` returned; write what came after.
+            logger.save()

@@ -17,6 +17,7 @@ from torch import nn
 
 from hf_lightning import data as data_layer
 from hf_lightning.eval_utils import speed_metrics
+from hf_lightning.loggers import publish_logs
 from hf_lightning.loss import (
     activate_neftune,
     count_items_in_window,
@@ -186,6 +187,13 @@ class TrainingStepMixin:
                 logs.update(speed_metrics("train", start_time, num_tokens=tokens))
         self.state.log_history.append({**logs, "step": self.state.global_step})
         self.control = self.callback_handler.on_log(self.args, self.state, self.control, logs)
+        if self.lightning_trainer is not None:
+            publish_logs(
+                self.lightning_trainer,
+                logs,
+                self.state.global_step,
+                outside_fit=not getattr(self, "_fitting", False),
+            )
 
     def store_flos(self) -> None:
         """Move this process's FLOP count into `state.total_flos` (summed over processes)."""

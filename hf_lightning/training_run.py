@@ -196,7 +196,11 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
 
     callback = _TrainBeginBridge(trainer, train_dataloader)
     lightning_trainer.callbacks.insert(0, callback)
-    lightning_trainer.fit(module, train_dataloaders=train_dataloader)
+    trainer._fitting = True
+    try:
+        lightning_trainer.fit(module, train_dataloaders=train_dataloader)
+    finally:
+        trainer._fitting = False
     return _finalize_training(trainer, values, start_time, speed_metrics)
 
 
@@ -220,6 +224,9 @@ class _TrainBeginBridge(pl.Callback):
         handler.optimizer = facade.optimizer
         handler.lr_scheduler = facade.lr_scheduler
         handler.train_dataloader = self._train_dataloader
+        for logger in lightning_trainer.loggers:
+            # Redacted: `to_sanitized_dict` replaces every *_token value by a placeholder.
+            logger.log_hyperparams(facade.args.to_sanitized_dict())
         facade._fire("on_train_begin")
         if facade.args.eval_on_start:
             facade._evaluate(facade._trial, facade._ignore_keys_for_eval, skip_scheduler=True)
