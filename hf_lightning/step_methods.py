@@ -205,9 +205,14 @@ class TrainingStepMixin:
         self.current_flos = 0
 
     def _accumulate_loss(self, loss_step: torch.Tensor) -> None:
-        """Add a micro-batch loss to the logging window, with the reference's NaN/Inf filter (R6.3)."""
-        if self.args.logging_nan_inf_filter and not torch.isfinite(loss_step).all():
-            self._tr_loss += self._tr_loss / (1 + self.state.global_step - self._globalstep_last_logged)
+        """Add a micro-batch loss to the logging window, with the reference's NaN/Inf filter (R6.3).
+
+        The filter is a `torch.where` on the device rather than the reference's Python `if`, so a
+        step does not wait for the device to report whether its loss was finite.
+        """
+        if self.args.logging_nan_inf_filter:
+            estimate = self._tr_loss / (1 + self.state.global_step - self._globalstep_last_logged)
+            self._tr_loss += torch.where(torch.isfinite(loss_step), loss_step, estimate)
         else:
             self._tr_loss += loss_step
 
