@@ -189,3 +189,33 @@ def test_mixed_hf_and_lightning_callbacks(tmp_path):
     ]
     assert lightning_recorder not in trainer.callback_handler.callbacks
     assert lightning_recorder in trainer.lightning_trainer.callbacks
+
+
+def test_spec_4_12_trace_with_tiny_bert(tmp_path):
+    """The spec's recorded configuration: the whole event trace and the checkpoint folders match."""
+    from tests.parity.models import classification_data, make_tiny_bert_classifier
+
+    reference_recorder, our_recorder = EventRecorder(), EventRecorder()
+    result = run_parity(
+        make_tiny_bert_classifier(),
+        classification_data(16),
+        tmp_path,
+        reference_trainer_kwargs={"callbacks": [reference_recorder]},
+        our_trainer_kwargs={"callbacks": [our_recorder]},
+        trainer_kwargs={"eval_dataset": classification_data(8, seed=5)},
+        per_device_train_batch_size=2,
+        per_device_eval_batch_size=4,
+        gradient_accumulation_steps=2,
+        num_train_epochs=2,
+        eval_strategy="epoch",
+        save_strategy="steps",
+        save_steps=3,
+        logging_steps=2,
+        train_sampling_strategy="sequential",
+        learning_rate=1e-3,
+    )
+    assert our_recorder.events == reference_recorder.events
+    assert sum(1 for e in our_recorder.events if e[0] == "on_prediction_step") == 4
+    for side in ("reference", "ours"):
+        folders = sorted(p.name for p in (tmp_path / side).glob("checkpoint-*"))
+        assert folders == ["checkpoint-3", "checkpoint-6", "checkpoint-8"]
