@@ -70,6 +70,14 @@ class StopAtStep(transformers.TrainerCallback):
             control.should_training_stop = True
 
 
+class EndEpochAtSecondStep(transformers.TrainerCallback):
+    """Asks the trainer to end each epoch after its second update."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % 4 == 2:
+            control.should_epoch_stop = True
+
+
 CONFIGS = {
     "accumulation_2": dict(gradient_accumulation_steps=2, num_train_epochs=2, logging_steps=1),
     "eval_per_epoch": dict(num_train_epochs=2, eval_strategy="epoch", logging_strategy="epoch"),
@@ -79,6 +87,7 @@ CONFIGS = {
     "logging_first_step": dict(num_train_epochs=1, logging_first_step=True, logging_steps=3),
     "max_steps_mid_epoch": dict(max_steps=5, logging_steps=2, save_strategy="steps", save_steps=10),
     "callback_stops_training": dict(num_train_epochs=3, logging_steps=1, extra_callbacks=(StopAtStep,)),
+    "callback_ends_epochs": dict(num_train_epochs=3, logging_steps=1, extra_callbacks=(EndEpochAtSecondStep,)),
     "early_stopping": dict(
         num_train_epochs=6,
         eval_strategy="steps",
@@ -216,6 +225,13 @@ def test_spec_4_12_trace_with_tiny_bert(tmp_path):
     )
     assert our_recorder.events == reference_recorder.events
     assert sum(1 for e in our_recorder.events if e[0] == "on_prediction_step") == 4
+    ours, reference = result.ours.trainer.state, result.reference.trainer.state
+    for field in (
+        "epoch", "global_step", "max_steps", "logging_steps", "eval_steps", "save_steps", "train_batch_size",
+        "num_train_epochs", "num_input_tokens_seen", "total_flos", "best_metric", "best_global_step",
+        "is_local_process_zero", "is_world_process_zero", "is_hyper_param_search", "trial_name", "trial_params",
+    ):
+        assert getattr(ours, field) == getattr(reference, field), field
     for side in ("reference", "ours"):
         folders = sorted(p.name for p in (tmp_path / side).glob("checkpoint-*"))
         assert folders == ["checkpoint-3", "checkpoint-6", "checkpoint-8"]
