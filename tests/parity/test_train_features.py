@@ -450,3 +450,29 @@ def test_metric_driven_schedulers_step_after_evaluation(tmp_path, name):
     assert_parity(result)
     learning_rates = [e["learning_rate"] for e in result.ours.log_history if "learning_rate" in e]
     assert len(set(learning_rates)) > 1  # the schedule did react to the metric
+
+
+def test_second_train_call_matches_reference(tmp_path):
+    """A second train() starts a fresh state and schedule but keeps the optimizer, as the reference."""
+    import copy
+
+    import transformers
+
+    from hf_lightning import TrainingArguments
+    from hf_lightning.trainer import HFLightningTrainer
+
+    model = make_regression_mlp()
+    histories = []
+    for trainer_cls, args_cls in ((transformers.Trainer, transformers.TrainingArguments), (HFLightningTrainer, TrainingArguments)):
+        args = args_cls(
+            output_dir=str(tmp_path / trainer_cls.__module__), use_cpu=True, report_to="none", save_strategy="no",
+            disable_tqdm=True, per_device_train_batch_size=3, logging_steps=1, num_train_epochs=1, learning_rate=1e-2,
+        )
+        trainer = trainer_cls(model=copy.deepcopy(model), args=args, train_dataset=regression_data(9))
+        trainer.train()
+        trainer.train()
+        histories.append(trainer.state.log_history[:-1])
+    assert [e["step"] for e in histories[1]] == [e["step"] for e in histories[0]] == [1, 2, 3]
+    for ours, reference in zip(histories[1], histories[0]):
+        assert ours["loss"] == pytest.approx(reference["loss"], rel=1e-6)
+        assert ours["learning_rate"] == pytest.approx(reference["learning_rate"], rel=1e-9)
