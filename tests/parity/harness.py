@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -31,9 +33,13 @@ class ParityResult:
     ours: SideResult
 
 
-def _run_side(trainer_cls, args, model, train_dataset, trainer_kwargs) -> SideResult:
+def _train(trainer) -> Any:
+    return trainer.train()
+
+
+def _run_side(trainer_cls, args, model, train_dataset, trainer_kwargs, run=_train) -> SideResult:
     trainer = trainer_cls(model=model, args=args, train_dataset=train_dataset, **trainer_kwargs)
-    output = trainer.train()
+    output = run(trainer)
     state = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
     return SideResult(trainer, output, list(trainer.state.log_history), state)
 
@@ -49,9 +55,16 @@ def run_parity(
     trainer_kwargs: dict | None = None,
     reference_trainer_kwargs: dict | None = None,
     our_trainer_kwargs: dict | None = None,
+    reference_args_cls=None,
+    our_args_cls=None,
+    run: Callable[[Any], Any] = _train,
     **args_kwargs,
 ) -> ParityResult:
-    """Train deep copies of `model` with both trainers; `our_seed` lets a mutation test desynchronise us."""
+    """Train deep copies of `model` with both trainers; `our_seed` lets a mutation test desynchronise us.
+
+    `run(trainer)` replaces `trainer.train()` (its return value becomes `SideResult.output`), e.g. to evaluate
+    before and after training; `*_args_cls` select the arguments classes (Seq2Seq ones for Seq2Seq trainers).
+    """
     import transformers
 
     from hf_lightning import TrainingArguments
@@ -59,11 +72,13 @@ def run_parity(
 
     defaults = {"use_cpu": True, "report_to": "none", "save_strategy": "no", "disable_tqdm": True}
     merged = {**defaults, **args_kwargs}
-    reference_args = transformers.TrainingArguments(output_dir=str(tmp_path / "reference"), **merged)
+    reference_args = (reference_args_cls or transformers.TrainingArguments)(
+        output_dir=str(tmp_path / "reference"), **merged
+    )
     our_merged = dict(merged)
     if our_seed is not None:
         our_merged["seed"] = our_seed
-    our_args = TrainingArguments(output_dir=str(tmp_path / "ours"), **our_merged)
+    our_args = (our_args_cls or TrainingArguments)(output_dir=str(tmp_path / "ours"), **our_merged)
     common = dict(trainer_kwargs or {})
     reference = _run_side(
         reference_trainer_cls or transformers.Trainer,
@@ -71,6 +86,7 @@ def run_parity(
         copy.deepcopy(model),
         train_dataset,
         {**common, **(reference_trainer_kwargs or {})},
+        run,
     )
     ours = _run_side(
         our_trainer_cls or HFLightningTrainer,
@@ -78,6 +94,7 @@ def run_parity(
         copy.deepcopy(model),
         train_dataset,
         {**common, **(our_trainer_kwargs or {})},
+        run,
     )
     return ParityResult(reference, ours)
 
@@ -123,3 +140,45 @@ def assert_parity(result: ParityResult, **tolerances) -> None:
     assert result.ours.trainer.state.global_step == result.reference.trainer.state.global_step
     assert_log_history_matches(result, **tolerances)
     assert_weights_close(result)
+
+
+# ---- evaluation and prediction -------------------------------------------------------------------------------
+
+TIMING_SUFFIXES = ("_runtime", "_per_second", "_model_preparation_time")
+
+
+def assert_metrics_match(ours: dict, ref: dict, atol: float = 1e-6) -> None:
+    """Same keys in the same order; timing keys only present (non-negative numbers); numbers to `atol`."""
+    assert list(ours) == list(ref), (list(ref), list(ours))
+    for key, ref_value in ref.items():
+        value = ours[key]
+        if key.endswith(TIMING_SUFFIXES):
+            assert isinstance(value, (int, float)) and value >= 0, (key, value)
+        elif isinstance(ref_value, float) and math.isnan(ref_value):
+            assert isinstance(value, float) and math.isnan(value), (key, value)
+        elif isinstance(ref_value, (int, float)) and not isinstance(ref_value, bool):
+            assert type(value) is type(ref_value), (key, ref_value, value)
+            assert _close(value, ref_value, 0.0, atol), (key, ref_value, value)
+        else:
+            assert value == ref_value, (key, ref_value, value)
+
+
+def assert_arrays_equal(ours: Any, ref: Any) -> None:
+    """Same nesting, dtypes, shapes and values, exactly (the -100 / pad-id padding included)."""
+    assert type(ours) is type(ref), (type(ref), type(ours))
+    if isinstance(ref, (list, tuple)):
+        assert len(ours) == len(ref), (len(ref), len(ours))
+        for our_item, ref_item in zip(ours, ref):
+            assert_arrays_equal(our_item, ref_item)
+    elif isinstance(ref, np.ndarray):
+        assert (ours.dtype, ours.shape) == (ref.dtype, ref.shape), (ref.dtype, ref.shape, ours.dtype, ours.shape)
+        assert np.array_equal(ours, ref, equal_nan=ours.dtype.kind == "f"), (ref, ours)
+    else:
+        assert ours == ref, (ref, ours)
+
+
+def assert_predictions_equal(ours: Any, ref: Any, atol: float = 1e-6) -> None:
+    """Two `PredictionOutput`s: predictions and labels exactly equal, metrics as `assert_metrics_match`."""
+    assert_arrays_equal(ours.predictions, ref.predictions)
+    assert_arrays_equal(ours.label_ids, ref.label_ids)
+    assert_metrics_match(ours.metrics, ref.metrics, atol=atol)

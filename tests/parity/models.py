@@ -106,3 +106,102 @@ def padded_lm_data(n: int = 12, max_len: int = 10, seed: int = 0, vocab: int = 6
         labels[length:] = -100
         items.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
     return ListDataset(items)
+
+
+def make_tiny_bert_token_classifier(seed: int = 0, num_labels: int = 3):
+    from transformers import BertConfig, BertForTokenClassification
+
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=64,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=num_labels,
+    )
+    return BertForTokenClassification(config)
+
+
+def token_classification_data(
+    lengths: tuple[int, ...] = (3, 5, 7, 4, 2, 6, 3), seed: int = 0, vocab: int = 64, num_labels: int = 3
+) -> ListDataset:
+    """Unpadded token-classification items of the given lengths (`pad_token_batch` pads them per batch)."""
+    generator = torch.Generator().manual_seed(seed)
+    return ListDataset(
+        [
+            {
+                "input_ids": torch.randint(1, vocab, (n,), generator=generator),
+                "labels": torch.randint(0, num_labels, (n,), generator=generator),
+            }
+            for n in lengths
+        ]
+    )
+
+
+def pad_token_batch(features: list[dict]) -> dict[str, torch.Tensor]:
+    """Pad a batch to its longest item: `input_ids` with 0, `attention_mask` with 0, `labels` with -100."""
+    width = max(len(f["input_ids"]) for f in features)
+    batch = {
+        "input_ids": torch.zeros(len(features), width, dtype=torch.long),
+        "attention_mask": torch.zeros(len(features), width, dtype=torch.long),
+        "labels": torch.full((len(features), width), -100, dtype=torch.long),
+    }
+    for row, feature in enumerate(features):
+        n = len(feature["input_ids"])
+        batch["input_ids"][row, :n] = feature["input_ids"]
+        batch["attention_mask"][row, :n] = 1
+        batch["labels"][row, :n] = feature["labels"]
+    return batch
+
+
+def make_tiny_t5(seed: int = 0):
+    """The spec's `TinyT5` (built offline from a config): pad 0, EOS 1, decoder start 0; dropout 0."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    config = T5Config(
+        vocab_size=40,
+        d_model=16,
+        d_kv=8,
+        d_ff=32,
+        num_layers=1,
+        num_decoder_layers=1,
+        num_heads=2,
+        dropout_rate=0.0,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
+    return T5ForConditionalGeneration(config)
+
+
+def seq2seq_data(n: int = 5, seed: int = 0, vocab: int = 40) -> ListDataset:
+    """Source / target pairs of varying lengths (ids 2..vocab-1: 0 is pad, 1 is EOS)."""
+    generator = torch.Generator().manual_seed(seed)
+    items = []
+    for i in range(n):
+        source = torch.randint(2, vocab, (3 + i % 3,), generator=generator)
+        target = torch.randint(2, vocab, (2 + i % 2,), generator=generator)
+        items.append({"input_ids": source, "labels": target})
+    return ListDataset(items)
+
+
+def pad_seq2seq_batch(features: list[dict]) -> dict[str, torch.Tensor]:
+    """Pad sources with 0 (attention mask 0) and targets with -100, each to the batch's longest."""
+    width = max(len(f["input_ids"]) for f in features)
+    label_width = max(len(f["labels"]) for f in features)
+    batch = {
+        "input_ids": torch.zeros(len(features), width, dtype=torch.long),
+        "attention_mask": torch.zeros(len(features), width, dtype=torch.long),
+        "labels": torch.full((len(features), label_width), -100, dtype=torch.long),
+    }
+    for row, feature in enumerate(features):
+        n, m = len(feature["input_ids"]), len(feature["labels"])
+        batch["input_ids"][row, :n] = feature["input_ids"]
+        batch["attention_mask"][row, :n] = 1
+        batch["labels"][row, :m] = feature["labels"]
+    return batch

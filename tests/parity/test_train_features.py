@@ -476,3 +476,18 @@ def test_second_train_call_matches_reference(tmp_path):
     for ours, reference in zip(histories[1], histories[0]):
         assert ours["loss"] == pytest.approx(reference["loss"], rel=1e-6)
         assert ours["learning_rate"] == pytest.approx(reference["learning_rate"], rel=1e-9)
+
+
+def test_model_init_is_called_again_at_train(tmp_path):
+    calls = {"count": 0}
+
+    def model_init():
+        calls["count"] += 1
+        return RandomRecorder()  # built after set_seed(seed): the same initial weights on both sides
+
+    result = run_parity(
+        None, regression_data(6), tmp_path, trainer_kwargs={"model_init": model_init},
+        per_device_train_batch_size=2, num_train_epochs=1, logging_steps=1,
+    )
+    assert_parity(result)
+    assert calls["count"] == 4  # 1 at construction + 1 at train(), on each side
