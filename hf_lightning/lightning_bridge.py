@@ -40,7 +40,7 @@ def lightning_trainer_kwargs(plan: Any, values: schedule.TrainingValues) -> dict
 
 
 def build_lightning_trainer(
-    plan: Any, values: schedule.TrainingValues, user_callbacks: list[pl.Callback] = ()
+    plan: Any, values: schedule.TrainingValues, user_callbacks: list[pl.Callback] = (), model: Any = None
 ) -> pl.Trainer:
     """A `lightning.Trainer` configured by the plan, with the plan's loggers, its callbacks and the user's."""
     from hf_lightning.loggers import build_loggers
@@ -50,5 +50,9 @@ def build_lightning_trainer(
     loggers = build_loggers(plan)
     if loggers:
         kwargs["logger"] = loggers
+    if plan.strategy is not None:
+        from hf_lightning.translate import build_strategy
+
+        kwargs["strategy"] = build_strategy(plan, model)
     kwargs["callbacks"] = list(plan.callbacks) + list(kwargs.get("callbacks") or []) + list(user_callbacks)
     return pl.Trainer(**kwargs)

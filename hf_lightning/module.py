@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import lightning.pytorch as pl
 import torch
 
-from hf_lightning import schedule
+from hf_lightning import resume, schedule
 from hf_lightning.loss import UnusedItemCountProbe
 from hf_lightning.precision import forward_autocast
 
@@ -78,12 +78,14 @@ class HFLightningModule(pl.LightningModule):
     def on_train_epoch_start(self) -> None:
         self._micro_batch_index = -1
         self.facade._on_epoch_begin(self.current_epoch)
+        # The resumed epoch continues after the micro-batches already trained on (hf_lightning/resume.py).
+        self._micro_batch_index = resume.enter_epoch(self.facade, self.current_epoch)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
         # A callback asked to end the epoch (or the run) after the previous update: stop before
         # any data of the next window is drawn, as the reference's loop breaks.
         control = self.facade.control
-        if control.should_epoch_stop or control.should_training_stop:
+        if control.should_epoch_stop or control.should_training_stop or resume.all_windows_done(self.facade):
             return -1
         return None
 
@@ -97,11 +99,13 @@ class HFLightningModule(pl.LightningModule):
         facade = self.facade
         run = facade._run
         epoch_iterator = _BatchIterator(dataloader_iter, self)
+        resume.skip_replayed_batches(facade, dataloader_iter)
         update_index = run.updates_done_in_epoch
         num_batches = schedule.window_size(
             update_index, run.values.num_update_steps_per_epoch, run.values.steps_in_epoch, run.ga
         )
         batch_samples, num_items_in_batch = facade.get_batch_samples(epoch_iterator, num_batches, self.device)
+        resume.sync_rng_after_first_window(facade)
         run.updates_done_in_epoch += 1
         facade.current_gradient_accumulation_steps = len(batch_samples)
         model = facade.model_wrapped
@@ -135,12 +139,11 @@ class HFLightningModule(pl.LightningModule):
             self.trainer.should_stop = True
 
     def _sync_context(self, is_last_in_window: bool):
-        """Gradient all-reduce only on the window's last micro-batch (R2.5)."""
-        if is_last_in_window:
+        """Gradient all-reduce only on the window's last micro-batch (R2.5): `no_sync` of the DDP-wrapped model."""
+        no_sync = getattr(self.facade.model_wrapped, "no_sync", None)
+        if is_last_in_window or not callable(no_sync):
             return contextlib.nullcontext()
-        strategy_model = getattr(self.trainer.strategy, "model", None)
-        no_sync = getattr(strategy_model, "no_sync", None)
-        return no_sync() if callable(no_sync) and strategy_model is not self else contextlib.nullcontext()
+        return no_sync()
 
     def _optimizer_update(self, micro_batch_index: int) -> None:
         facade = self.facade

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import lightning.pytorch as pl
 import torch
 
-from hf_lightning import schedule
+from hf_lightning import resume, schedule
 from hf_lightning.lightning_bridge import build_lightning_trainer
 from hf_lightning.module import HFLightningModule
 from hf_lightning.outputs import TrainOutput
@@ -38,11 +38,6 @@ def run_training(
 
     if resume_from_checkpoint is False:
         resume_from_checkpoint = None
-    if resume_from_checkpoint is not None:
-        raise ValueError(
-            "train(resume_from_checkpoint=...) is not supported yet by hf_lightning: checkpoints are written in the "
-            "reference layout, but resuming from them lands with checkpoint resume support. Start a fresh run."
-        )
     args = trainer.args
     trainer.is_in_train = True
     # Training prepares the model: a later evaluate() reports no model preparation time (as the reference).
@@ -65,6 +60,8 @@ def run_training(
     _enable_activation_checkpointing(trainer)
     if trainer.neftune_noise_alpha is not None:
         trainer._activate_neftune()
+    # Weights load before the optimizer exists, as the reference's train() does (hf_lightning/resume.py).
+    trainer._resume_files = resume.prepare_resume(trainer, resume_from_checkpoint)
     try:
         return _with_executable_batch_size(trainer, speed_metrics)
     finally:
@@ -165,6 +162,7 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
     trainer.state.is_hyper_param_search = trainer._trial is not None
     trainer.state.train_batch_size = trainer._train_batch_size
     trainer.state.compute_steps(args, values.max_steps)
+    trainer._resume = resume.restore_trainer_state(trainer, values)
     trainer.state.init_training_references(trainer, values.max_steps, values.num_train_epochs, trainer._trial)
     if trainer._created_lr_scheduler:
         trainer.lr_scheduler = None
@@ -178,8 +176,9 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
     _compile_model(trainer)
     module = HFLightningModule(trainer)
     trainer._lightning_module = module
-    lightning_trainer = build_lightning_trainer(trainer.plan, values, trainer.lightning_callbacks)
+    lightning_trainer = build_lightning_trainer(trainer.plan, values, trainer.lightning_callbacks, model=trainer.model)
     trainer.lightning_trainer = lightning_trainer
+    resume.position_lightning_loops(trainer, lightning_trainer)
 
     start_time = time.time()
     trainer._run = _new_run(values, args.gradient_accumulation_steps, start_time)
@@ -196,9 +195,13 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
 
     callback = _TrainBeginBridge(trainer, train_dataloader)
     lightning_trainer.callbacks.insert(0, callback)
+    lightning_trainer.callbacks.append(resume.StepBoundaryPoints(trainer))
     trainer._fitting = True
     try:
         lightning_trainer.fit(module, train_dataloaders=train_dataloader)
+        if not callback.started:
+            # Resumed from the final checkpoint: Lightning's loop had nothing to do and skipped on_train_start.
+            callback.on_train_start(lightning_trainer, module)
     finally:
         trainer._fitting = False
     return _finalize_training(trainer, values, start_time, speed_metrics)
@@ -216,9 +219,12 @@ class _TrainBeginBridge(pl.Callback):
     def __init__(self, trainer: HFLightningTrainer, train_dataloader):
         self._trainer = trainer
         self._train_dataloader = train_dataloader
+        self.started = False
 
     def on_train_start(self, lightning_trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        self.started = True
         facade = self._trainer
+        resume.load_optimizer_and_scheduler(facade, lightning_trainer)
         handler = facade.callback_handler
         handler.model = facade.model
         handler.optimizer = facade.optimizer

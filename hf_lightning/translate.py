@@ -273,9 +273,9 @@ def build_strategy(plan: Plan, model: Any) -> Any:
     if plan.strategy is None:
         return "auto"
     if plan.strategy["name"] == "ddp":
-        from lightning.pytorch.strategies import DDPStrategy
+        from hf_lightning.ddp import MicroBatchDDPStrategy
 
-        return DDPStrategy(**resolve_ddp_kwargs(plan, model))
+        return MicroBatchDDPStrategy(**resolve_ddp_kwargs(plan, model))
     raise NotImplementedError(f"building the {plan.strategy['name']!r} strategy lands with its feature")
 
 

@@ -1,0 +1,46 @@
+"""DDP on CPU (gloo, 2 processes): a run matches the reference's 2-process run step for step."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tests" / "distributed" / "ddp_train_script.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _launch(side: str, out_dir: Path) -> dict:
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+        "--master_addr=127.0.0.1", str(SCRIPT), side, str(out_dir),
+    ]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return json.loads((out_dir / f"{side}.json").read_text())
+
+
+@pytest.mark.slow
+def test_two_process_ddp_matches_reference(tmp_path):
+    reference, ours = _launch("ref", tmp_path), _launch("ours", tmp_path)
+    for name in reference:
+        ref_history, our_history = reference[name]["log_history"], ours[name]["log_history"]
+        assert [e["step"] for e in our_history] == [e["step"] for e in ref_history], name
+        for ref_entry, our_entry in zip(ref_history, our_history):
+            assert list(our_entry) == list(ref_entry), name
+            assert our_entry["epoch"] == ref_entry["epoch"]
+            for key in ("loss", "grad_norm", "learning_rate", "train_loss"):
+                if key in ref_entry:
+                    assert our_entry[key] == pytest.approx(ref_entry[key], rel=1e-5, abs=1e-7), (name, key)
+        for key, values in reference[name]["weights"].items():
+            assert ours[name]["weights"][key] == pytest.approx(values, rel=1e-4, abs=1e-6), (name, key)
