@@ -16,7 +16,12 @@ import numpy as np
 import torch
 from torch import nn
 
-SPEED_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_tokens_per_second")
+SPEED_KEYS = (
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "train_tokens_per_second",
+)
 
 
 @dataclass
@@ -131,7 +136,9 @@ def assert_weights_close(result: ParityResult, rtol: float = 1e-4, atol: float =
     ref, ours = result.reference.state_dict, result.ours.state_dict
     assert ref.keys() == ours.keys()
     for name in ref:
-        torch.testing.assert_close(ours[name], ref[name], rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            ours[name], ref[name], rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}"
+        )
 
 
 def assert_parity(result: ParityResult, **tolerances) -> None:
@@ -171,7 +178,12 @@ def assert_arrays_equal(ours: Any, ref: Any) -> None:
         for our_item, ref_item in zip(ours, ref):
             assert_arrays_equal(our_item, ref_item)
     elif isinstance(ref, np.ndarray):
-        assert (ours.dtype, ours.shape) == (ref.dtype, ref.shape), (ref.dtype, ref.shape, ours.dtype, ours.shape)
+        assert (ours.dtype, ours.shape) == (ref.dtype, ref.shape), (
+            ref.dtype,
+            ref.shape,
+            ours.dtype,
+            ours.shape,
+        )
         assert np.array_equal(ours, ref, equal_nan=ours.dtype.kind == "f"), (ref, ours)
     else:
         assert ours == ref, (ref, ours)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 import transformers
 
 from hf_lightning import Seq2SeqTrainer, Seq2SeqTrainingArguments
@@ -175,7 +174,11 @@ def test_dict_of_eval_datasets(tmp_path):
     assert "dev_large_mse" in dev_metrics
     # One log entry per dataset: at steps 2 and 4 during training, then from evaluate() (the "dev" call too).
     for name in ("small", "large"):
-        assert [entry["step"] for entry in result.ours.log_history if f"eval_{name}_loss" in entry] == [2, 4, 4]
+        assert [entry["step"] for entry in result.ours.log_history if f"eval_{name}_loss" in entry] == [
+            2,
+            4,
+            4,
+        ]
     assert [entry["step"] for entry in result.ours.log_history if "dev_large_loss" in entry] == [4]
     assert_results_match(result)
     assert_log_history_matches(result, loss_rtol=1e-6)
@@ -248,7 +251,11 @@ def test_batch_eval_metrics(tmp_path):
         **EVAL,
     )
     assert metrics_of["ours"].calls == metrics_of["reference"].calls
-    assert metrics_of["ours"].calls[:3] == [((4,), "Tensor", False), ((4,), "Tensor", False), ((2,), "Tensor", True)]
+    assert metrics_of["ours"].calls[:3] == [
+        ((4,), "Tensor", False),
+        ((4,), "Tensor", False),
+        ((2,), "Tensor", True),
+    ]
     assert result.ours.output[1].metrics["test_seen"] == 10
     assert_results_match(result)
     assert_log_history_matches(result, loss_rtol=1e-6)
@@ -336,7 +343,12 @@ def test_seq2seq_predict_with_generate_and_beams(tmp_path):
     # Width 20: the model's generation config (max_length filled with its default), not the call's max_length.
     assert beams_2.predictions.shape == (5, 20) and beams_2.label_ids.shape == (5, 20)
     assert (beams_2.predictions[:, 6:] == 0).all() and (beams_2.label_ids[:, 3:] == 0).all()
-    assert list(beams_2.metrics)[:4] == ["test_loss", "test_model_preparation_time", "test_exact", "test_pads"]
+    assert list(beams_2.metrics)[:4] == [
+        "test_loss",
+        "test_model_preparation_time",
+        "test_exact",
+        "test_pads",
+    ]
     assert not np.array_equal(beams_2.predictions, beams_3.predictions)
     # An explicit None counts as "not given": the arguments' values fill it again.
     assert np.array_equal(defaults.predictions, beams_2.predictions)
@@ -373,7 +385,7 @@ def test_seq2seq_evaluate_with_gen_kwargs_and_during_training(tmp_path):
 def test_seq2seq_loss_is_a_plain_mean_of_batch_means(tmp_path):
     """The Seq2Seq gather keeps the short last batch's padding: not the plain Trainer's sample-weighted loss."""
     eval_data = seq2seq_data(5)
-    seq2seq = run_seq2seq(tmp_path / "s2s", steps(lambda t: t.evaluate(eval_data)))
+    seq2seq = run_seq2seq(tmp_path / "s2s", steps(lambda t: t.evaluate(eval_data)), generation_max_length=4)
     plain = run_parity(
         make_tiny_t5(),
         None,
