@@ -54,11 +54,31 @@ SAVE_POINTS = (
 )
 _fault_hook: Callable[[str], None] | None = None
 
+# `HF_LIGHTNING_KILL_AT="<point>"` or `"<point>#<n>"`: SIGKILL this process the first (n-th) time it reaches
+# `<point>`: a save point above, or `step:<global_step>` after an optimizer update's log/evaluate/save.
+KILL_AT_ENV = "HF_LIGHTNING_KILL_AT"
+_times_reached: dict[str, int] = {}
+
 
 def reach(point: str) -> None:
-    """Mark that a save reached `point`; a fault test's hook may raise or kill the process there."""
+    """Mark that a save (or a step boundary) reached `point`; a fault test may raise or kill the process there."""
     if _fault_hook is not None:
         _fault_hook(point)
+    kill_at = os.environ.get(KILL_AT_ENV)
+    if kill_at:
+        _times_reached[point] = _times_reached.get(point, 0) + 1
+        name, _, nth = kill_at.partition("#")
+        if name == point and _times_reached[point] == int(nth or 1):
+            _kill_this_process()
+
+
+def _kill_this_process() -> None:
+    import signal
+
+    sigkill = getattr(signal, "SIGKILL", None)
+    if sigkill is None:  # no SIGKILL (Windows): exit at once, no cleanup either
+        os._exit(137)
+    os.kill(os.getpid(), sigkill)
 
 
 @contextlib.contextmanager
@@ -79,6 +99,34 @@ def checkpoint_folder_name(global_step: int) -> str:
 def rng_state_file_name(world_size: int, process_index: int) -> str:
     """`rng_state.pth` for one process, `rng_state_{rank}.pth` for each process of a distributed run."""
     return "rng_state.pth" if world_size <= 1 else f"rng_state_{process_index}.pth"
+
+
+def safe_torch_load(file_path: str, *, numpy_allowed: bool = False, map_location: Any = "cpu") -> Any:
+    """`torch.load(weights_only=True)`: tensors and plain containers only, so no pickled code ever runs.
+
+    A file holding any other pickled object (code that would run when unpickled) raises ValueError naming the
+    file; so does a file torch cannot read at all. `numpy_allowed` admits numpy's RNG state (the reference's
+    allowlist for `rng_state.pth`).
+    """
+    import pickle
+
+    import torch
+
+    context = numpy_safe_globals() if numpy_allowed else contextlib.nullcontext()
+    try:
+        with context:
+            return torch.load(file_path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        raise ValueError(
+            f"Refusing to load {file_path}: it holds pickled objects other than tensors and plain containers, "
+            f"which could run code when unpickled ({reason}). hf_lightning only loads checkpoint files with "
+            "torch.load(weights_only=True); re-create the file from a state dict with torch.save, or remove it."
+        ) from error
+    except (RuntimeError, OSError, EOFError) as error:
+        raise ValueError(
+            f"Cannot read {file_path} ({type(error).__name__}: {error}); the checkpoint is damaged."
+        ) from error
 
 
 def numpy_safe_globals() -> Any:
@@ -216,7 +264,6 @@ def get_last_checkpoint(folder: str) -> str | None:
 def read_model_state_dict(checkpoint_dir: str) -> dict | None:
     """The model weights saved in `checkpoint_dir`, on CPU and without unpickling code; None when it holds none."""
     import safetensors.torch
-    import torch
 
     safe_path = os.path.join(checkpoint_dir, SAFE_WEIGHTS_NAME)
     if os.path.isfile(safe_path):
@@ -232,11 +279,11 @@ def read_model_state_dict(checkpoint_dir: str) -> dict | None:
                 if safe:
                     state_dict.update(safetensors.torch.load_file(shard_path, device="cpu"))
                 else:
-                    state_dict.update(torch.load(shard_path, map_location="cpu", weights_only=True))
+                    state_dict.update(safe_torch_load(shard_path))
             return state_dict
     bin_path = os.path.join(checkpoint_dir, WEIGHTS_NAME)
     if os.path.isfile(bin_path):
-        return torch.load(bin_path, map_location="cpu", weights_only=True)
+        return safe_torch_load(bin_path)
     return None
 
 

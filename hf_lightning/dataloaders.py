@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -54,15 +55,49 @@ class HFDataLoader(DataLoader):
     def __init__(self, dataset: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(dataset, *args, **kwargs)
         self.iteration = 0
+        self._skip_next_iteration = 0
+        self._skipping_now = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch `epoch` (sampler order, dataset `set_epoch`)."""
         self.iteration = epoch
         forward_set_epoch(self, epoch)
 
+    def skip_first_batches_once(self, num_batches: int) -> None:
+        """Make the next iteration start at batch `num_batches` of its epoch (resume fast-forward).
+
+        A map-style dataset is skipped at the batch-index level: the skipped batches' indices are drawn from the
+        (batch) sampler but no item is loaded or collated, so the cost does not grow with the data skipped. An
+        IterableDataset has no indices: its first batches are loaded and discarded, as accelerate does. `len()`
+        is unchanged (it stays the epoch's length).
+        """
+        if num_batches < 0:
+            raise ValueError(f"skip_first_batches_once: num_batches must be >= 0, got {num_batches}.")
+        self._skip_next_iteration = num_batches
+
+    @property
+    def _index_sampler(self) -> Any:
+        # Read by torch's iterator when it is created: the skipping wrapper exists only for that moment, so
+        # `len(self)` and later epochs see the plain sampler (a persistent-worker iterator that keeps the wrapper
+        # finds its skip count spent).
+        sampler = super()._index_sampler
+        return _SkipFirst(sampler, self._skipping_now) if self._skipping_now else sampler
+
     def __iter__(self) -> Iterator[Any]:
         self.set_epoch(self.iteration)
-        iterator = super().__iter__()
+        skip, self._skip_next_iteration = self._skip_next_iteration, 0
+        replay = skip if isinstance(self.dataset, IterableDataset) else 0
+        self._skipping_now = skip - replay
+        try:
+            if self._skipping_now and self._iterator is not None:
+                # A persistent-worker iterator re-reads the index sampler it cached at creation.
+                self._iterator._index_sampler = self._index_sampler
+            iterator = super().__iter__()
+        finally:
+            self._skipping_now = 0
+        for _ in range(replay):
+            if next(iterator, _EXHAUSTED) is _EXHAUSTED:
+                return
         try:
             current = next(iterator)
         except StopIteration:
@@ -76,6 +111,25 @@ class HFDataLoader(DataLoader):
             yield current
             current = upcoming
         self.iteration += 1
+
+
+_EXHAUSTED = object()
+
+
+class _SkipFirst:
+    """Iterate `sampler` without its first `skip` elements (indices or index lists), once: the skip is spent
+    by the first iteration."""
+
+    def __init__(self, sampler: Any, skip: int) -> None:
+        self.sampler = sampler
+        self.skip = skip
+
+    def __iter__(self) -> Iterator[Any]:
+        skip, self.skip = self.skip, 0
+        return itertools.islice(iter(self.sampler), skip, None)
+
+    def __len__(self) -> int:
+        return max(len(self.sampler) - self.skip, 0)
 
 
 def set_train_epoch(dataloader: Any, epoch: int) -> None:
