@@ -1,0 +1,206 @@
+"""The `ckpt` workload: one checkpoint save and one resume-load of the `cls` run.
+
+Runners:
+- `bare`: the hand-written loop, then `safetensors.save_file` + `torch.save` of the same state (weights,
+  optimizer, scheduler, RNG) and the matching loads;
+- `transformers`, `hf_lightning`: train 2 steps with `save_steps=2`; the save is timed from `on_step_end`
+  to `on_save` of step 2 (nothing else runs between them: no log or evaluation is due).
+
+Resume-load: the time from `train()` to `on_train_begin` (weights, optimizer and scheduler are loaded
+before it in both libraries) with `resume_from_checkpoint`, minus the same without it; each is the best
+of `resume_tries` (a second `Trainer` in the same process, aborted at `on_train_begin`).
+`os.fsync` is wrapped in every runner, so the fsync share of a save is measured, not estimated.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.timing import StepClock
+from benchmarks.train_runners import train_by_hand
+from benchmarks.workloads import Workload
+
+
+class FsyncTimer:
+    """Wraps `os.fsync` for the whole process and totals its calls between `reset()` and `read()`."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+        self._original = os.fsync
+        os.fsync = self._timed_fsync
+
+    def _timed_fsync(self, fd: int) -> None:
+        start = time.perf_counter()
+        try:
+            self._original(fd)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
+
+    def reset(self) -> None:
+        self.seconds, self.calls = 0.0, 0
+
+    def read(self) -> dict[str, float]:
+        return {"fsync_s": self.seconds, "fsync_calls": self.calls}
+
+
+def folder_bytes(path: str) -> int:
+    """Total size of the files under `path`."""
+    return sum(
+        os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names
+    )
+
+
+# ---- bare safetensors + torch.save ---------------------------------------------------------------------------
+def run_bare_ckpt(workload: Workload, clock: StepClock, output_dir: str) -> dict[str, Any]:
+    """Save and load the same state with plain safetensors / torch calls (no fsync, no atomic rename)."""
+    from safetensors.torch import load_file, save_file
+
+    clock.imports_done()
+    fsync = FsyncTimer()
+    model, optimizer, scheduler = train_by_hand(workload, clock)
+    folder = os.path.join(output_dir, "checkpoint-bare")
+
+    def save() -> None:
+        os.makedirs(folder, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, f"{folder}/model.safetensors")
+        torch.save(optimizer.state_dict(), f"{folder}/optimizer.pt")
+        torch.save(scheduler.state_dict(), f"{folder}/scheduler.pt")
+        rng = {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "cpu": torch.random.get_rng_state(),
+        }
+        torch.save(rng, f"{folder}/rng_state.pth")
+
+    def load() -> None:
+        model.load_state_dict(load_file(f"{folder}/model.safetensors"))
+        optimizer.load_state_dict(torch.load(f"{folder}/optimizer.pt", weights_only=True))
+        scheduler.load_state_dict(torch.load(f"{folder}/scheduler.pt", weights_only=True))
+        rng = torch.load(f"{folder}/rng_state.pth", weights_only=False)
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.random.set_rng_state(rng["cpu"])
+
+    fsync.reset()
+    start = time.perf_counter()
+    save()
+    save_s = time.perf_counter() - start
+    fsync_stats = fsync.read()
+    start = time.perf_counter()
+    load()
+    return {
+        "save_s": save_s,
+        "resume_load_s": time.perf_counter() - start,
+        "checkpoint_bytes": folder_bytes(folder),
+        **fsync_stats,
+    }
+
+
+# ---- transformers.Trainer and hf_lightning -------------------------------------------------------------------
+class _StopAtTrainBegin(Exception):
+    """Raised from `on_train_begin` to end a resume measurement once everything is loaded."""
+
+
+def _run_hf_style_ckpt(
+    workload: Workload,
+    clock: StepClock,
+    output_dir: str,
+    trainer_cls: type,
+    args_cls: type,
+    callback_base: type,
+) -> dict[str, Any]:
+    fsync = FsyncTimer()
+    marks: dict[str, float] = {}
+
+    class SaveClock(callback_base):
+        def on_step_end(self, args, state, control, **kwargs):
+            clock.tick()
+            fsync.reset()
+            marks["step_end"] = time.perf_counter()
+
+        def on_save(self, args, state, control, **kwargs):
+            marks["save"] = time.perf_counter()
+            marks.update(fsync.read())
+
+    class StopAtTrainBegin(callback_base):
+        def on_train_begin(self, args, state, control, **kwargs):
+            marks["train_begin"] = time.perf_counter()
+            raise _StopAtTrainBegin
+
+    run_dir = os.path.join(output_dir, "run")
+    args = {**workload.trainer_args(run_dir), "save_strategy": "steps", "save_steps": workload.max_steps}
+    trainer = trainer_cls(
+        model=workload.seeded_model(),
+        args=args_cls(**args),
+        train_dataset=workload.train_dataset(),
+        callbacks=[SaveClock()],
+    )
+    trainer.train()
+    checkpoint = os.path.join(run_dir, f"checkpoint-{workload.max_steps}")
+    result: dict[str, Any] = {
+        "save_s": marks["save"] - marks["step_end"],
+        "fsync_s": marks["fsync_s"],
+        "fsync_calls": marks["fsync_calls"],
+        "checkpoint_bytes": folder_bytes(checkpoint),
+    }
+
+    def time_to_train_begin(resume: str | None, attempt: int) -> float:
+        resume_args = {**workload.trainer_args(os.path.join(output_dir, f"resume-{attempt}"))}
+        resume_args["max_steps"] = workload.max_steps + 1
+        resumed = trainer_cls(
+            model=workload.seeded_model(),
+            args=args_cls(**resume_args),
+            train_dataset=workload.train_dataset(),
+            callbacks=[StopAtTrainBegin()],
+        )
+        start = time.perf_counter()
+        try:
+            resumed.train(resume_from_checkpoint=resume)
+        except _StopAtTrainBegin:
+            return marks["train_begin"] - start
+        raise RuntimeError("on_train_begin never fired")
+
+    fresh, resumed = [], []
+    try:
+        for attempt in range(workload.extra["resume_tries"]):
+            fresh.append(time_to_train_begin(None, attempt))
+            resumed.append(time_to_train_begin(checkpoint, attempt))
+    except (ValueError, NotImplementedError) as error:  # resume not supported (yet)
+        result["resume_error"] = f"{type(error).__name__}: {str(error)[:200]}"
+        return result
+    result.update(
+        fresh_to_train_begin_s=min(fresh),
+        resume_to_train_begin_s=min(resumed),
+        resume_load_s=max(0.0, min(resumed) - min(fresh)),
+    )
+    return result
+
+
+def run_transformers_ckpt(workload: Workload, clock: StepClock, output_dir: str) -> dict[str, Any]:
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    clock.imports_done()
+    return _run_hf_style_ckpt(workload, clock, output_dir, Trainer, TrainingArguments, TrainerCallback)
+
+
+def run_hf_lightning_ckpt(workload: Workload, clock: StepClock, output_dir: str) -> dict[str, Any]:
+    from hf_lightning import Trainer, TrainerCallback, TrainingArguments
+
+    clock.imports_done()
+    return _run_hf_style_ckpt(workload, clock, output_dir, Trainer, TrainingArguments, TrainerCallback)
+
+
+CKPT_RUNNERS: dict[str, Callable[[Workload, StepClock, str], dict[str, Any]]] = {
+    "bare": run_bare_ckpt,
+    "transformers": run_transformers_ckpt,
+    "hf_lightning": run_hf_lightning_ckpt,
+}

@@ -1,0 +1,279 @@
+"""Aggregation of the job results: medians with min-max, paired ratios, loss agreement, targets, tables.
+
+Pure functions over the list of job results written by the workers, so they are testable alone.
+A ratio is computed per repeat (both runs of one repeat ran back to back) and summarised by its median
+and min-max, which cancels slow drifts of a shared machine better than a ratio of medians.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+OURS = "hf_lightning"
+LOSS_RTOL = 1e-3
+
+# Metrics summarised per (workload, runner), in table order.
+TRAIN_METRICS = (
+    "ms_per_step",
+    "cpu_ms_per_step",
+    "first_step_wall_s",
+    "first_step_cpu_s",
+    "imports_cpu_s",
+    "peak_rss_mb",
+    "cpu_share",
+    "final_loss",
+)
+EVAL_METRICS = ("evaluate_samples_per_s", "predict_samples_per_s", "eval_loss", "peak_rss_mb")
+CKPT_METRICS = (
+    "save_s",
+    "fsync_s",
+    "fsync_calls",
+    "resume_load_s",
+    "fresh_to_train_begin_s",
+    "resume_to_train_begin_s",
+    "checkpoint_bytes",
+)
+
+# (workload, metric, baseline runner, threshold): our value / baseline's must be <= threshold.
+TARGETS = (
+    ("tiny", "ms_per_step", "transformers", 0.9),
+    ("tiny", "ms_per_step", "lightning", 1.15),
+    ("cls", "ms_per_step", "hand", 1.05),
+    ("clm", "ms_per_step", "hand", 1.05),
+    ("tiny", "first_step_cpu_s", "transformers", 1.0),
+    ("cls", "first_step_cpu_s", "transformers", 1.0),
+    ("clm", "first_step_cpu_s", "transformers", 1.0),
+)
+# Each target is also judged on its twin (CPU for wall, wall for CPU): on a shared machine wall time
+# includes other people's work, CPU time mostly does not.
+TWIN_METRIC = {"ms_per_step": "cpu_ms_per_step", "first_step_cpu_s": "first_step_wall_s"}
+
+
+def metrics_for(workload: str) -> tuple[str, ...]:
+    return {"eval": EVAL_METRICS, "ckpt": CKPT_METRICS}.get(workload, TRAIN_METRICS)
+
+
+def spread(values: list[float]) -> dict[str, float] | None:
+    """Median, min and max of the values (None when there are none)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def _ok(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in results if "error" not in r]
+
+
+def aggregate(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{workload: {runner: {metric: spread}}} over the successful runs."""
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for result in _ok(results):
+        grouped[(result["workload"], result["runner"])].append(result)
+    summary: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for (workload, runner), runs in grouped.items():
+        summary[workload][runner] = {
+            metric: spread([run.get(metric) for run in runs]) for metric in metrics_for(workload)
+        }
+    return dict(summary)
+
+
+def paired_ratio(
+    results: list[dict[str, Any]], workload: str, metric: str, runner: str, baseline: str
+) -> dict[str, float] | None:
+    """`runner / baseline` for `metric`, per repeat, summarised as a spread."""
+    by_repeat: dict[int, dict[str, float]] = defaultdict(dict)
+    for result in _ok(results):
+        if result["workload"] == workload and result.get(metric) is not None:
+            by_repeat[result["repeat"]][result["runner"]] = result[metric]
+    ratios = [
+        values[runner] / values[baseline]
+        for values in by_repeat.values()
+        if runner in values and baseline in values and values[baseline]
+    ]
+    return spread(ratios)
+
+
+def ratio_table(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """For each workload and metric: our ratio against every other runner of that workload."""
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    runners_of: dict[str, set[str]] = defaultdict(set)
+    for result in _ok(results):
+        runners_of[result["workload"]].add(result["runner"])
+    for workload, runners in runners_of.items():
+        if OURS not in runners:
+            continue
+        table[workload] = {}
+        for metric in metrics_for(workload):
+            if metric in ("final_loss", "eval_loss", "cpu_share"):
+                continue
+            table[workload][metric] = {
+                baseline: paired_ratio(results, workload, metric, OURS, baseline)
+                for baseline in sorted(runners - {OURS})
+            }
+    return table
+
+
+def loss_agreement(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every run's loss against the first runner's loss of the same repeat; flags relative gaps > 1e-3."""
+    rows = []
+    by_key: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for result in _ok(results):
+        loss = result.get("final_loss", result.get("eval_loss"))
+        if loss is not None:
+            by_key[(result["workload"], result["repeat"])].append(result)
+    for (workload, repeat), runs in sorted(by_key.items()):
+        losses = {run["runner"]: run.get("final_loss", run.get("eval_loss")) for run in runs}
+        reference = losses.get("hand", next(iter(losses.values())))
+        worst = max(abs(loss - reference) / max(abs(reference), 1e-12) for loss in losses.values())
+        rows.append(
+            {
+                "workload": workload,
+                "repeat": repeat,
+                "losses": losses,
+                "max_rel_diff": worst,
+                "agree": worst <= LOSS_RTOL,
+            }
+        )
+    return rows
+
+
+def step_count_problems(results: list[dict[str, Any]]) -> list[str]:
+    """Training runs that did not perform exactly the expected number of optimizer steps."""
+    problems = []
+    for result in _ok(results):
+        if result["workload"] in ("tiny", "cls", "clm") and result.get("steps") != result.get(
+            "expected_steps"
+        ):
+            problems.append(
+                f"{result['workload']}/{result['runner']} repeat {result['repeat']}: "
+                f"{result.get('steps')} steps, expected {result.get('expected_steps')}"
+            )
+    return problems
+
+
+def evaluate_targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each target with its measured ratio (median of per-repeat ratios) and met / missed."""
+
+    def status(ratio: dict[str, float] | None, threshold: float) -> str:
+        return "n/a" if ratio is None else ("met" if ratio["median"] <= threshold else "missed")
+
+    rows = []
+    for workload, metric, baseline, threshold in TARGETS:
+        ratio = paired_ratio(results, workload, metric, OURS, baseline)
+        twin = TWIN_METRIC[metric]
+        twin_ratio = paired_ratio(results, workload, twin, OURS, baseline)
+        rows.append(
+            {
+                "workload": workload,
+                "metric": metric,
+                "baseline": baseline,
+                "threshold": threshold,
+                "ratio": ratio,
+                "status": status(ratio, threshold),
+                "twin_metric": twin,
+                "twin_ratio": twin_ratio,
+                "twin_status": status(twin_ratio, threshold),
+            }
+        )
+    return rows
+
+
+# ---- formatting ------------------------------------------------------------------------------------------
+def fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def fmt_spread(item: dict[str, float] | None, digits: int = 3) -> str:
+    """`median (min-max)`, or just the value for a single run."""
+    if item is None:
+        return "-"
+    if item["n"] == 1 or item["min"] == item["max"]:
+        return fmt(item["median"], digits)
+    return f"{fmt(item['median'], digits)} ({fmt(item['min'], digits)}-{fmt(item['max'], digits)})"
+
+
+def markdown_tables(report: dict[str, Any]) -> str:
+    """The README tables: per-workload medians, our ratios, loss agreement, targets and import time."""
+    lines: list[str] = []
+    summary, ratios = report["summary"], report["ratios"]
+    for workload, runners in summary.items():
+        metrics = metrics_for(workload)
+        lines.append(f"**{workload}** — median (min-max) over {report['repeats']} repeat(s)\n")
+        lines.append("| runner | " + " | ".join(metrics) + " |")
+        lines.append("|---" * (len(metrics) + 1) + "|")
+        for runner, values in sorted(runners.items()):
+            digits = 6 if workload != "ckpt" else 3
+            cells = [
+                fmt_spread(values[m], digits if m in ("final_loss", "eval_loss") else 3) for m in metrics
+            ]
+            lines.append(f"| {runner} | " + " | ".join(cells) + " |")
+        if workload in ratios:
+            lines.append("")
+            baselines = sorted({b for per_metric in ratios[workload].values() for b in per_metric})
+            lines.append("| hf_lightning ÷ | " + " | ".join(baselines) + " |")
+            lines.append("|---" * (len(baselines) + 1) + "|")
+            for metric, per_baseline in ratios[workload].items():
+                cells = [fmt_spread(per_baseline.get(b)) for b in baselines]
+                lines.append(f"| {metric} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines.append("**Targets** (ratio = hf_lightning ÷ baseline, median of per-repeat ratios)\n")
+    lines.append(
+        "| workload | metric | baseline | target | measured | status | twin metric | twin measured | twin status |"
+    )
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    for row in report["targets"]:
+        lines.append(
+            f"| {row['workload']} | {row['metric']} | {row['baseline']} | <= {row['threshold']} | "
+            f"{fmt_spread(row['ratio'])} | **{row['status']}** | {row['twin_metric']} | "
+            f"{fmt_spread(row['twin_ratio'])} | {row['twin_status']} |"
+        )
+    lines.append("")
+    disagreements = [row for row in report["loss_agreement"] if not row["agree"]]
+    worst = max((row["max_rel_diff"] for row in report["loss_agreement"]), default=0.0)
+    lines.append(
+        f"Loss agreement: {len(report['loss_agreement']) - len(disagreements)}/{len(report['loss_agreement'])} "
+        f"workload-repeats agree within {LOSS_RTOL:g} relative (worst gap {worst:.2g})."
+    )
+    for problem in report.get("step_count_problems", []):
+        lines.append(f"- step count: {problem}")
+    imports = report.get("imports")
+    if imports:
+        lines.append("")
+        lines.append(
+            "**Import time** (subprocess wall minus `python -c pass`, best of runs; -X importtime total)\n"
+        )
+        lines.append("| statement | wall s | -X importtime s | transformers imported |")
+        lines.append("|---|---|---|---|")
+        for row in imports["statements"]:
+            lines.append(
+                f"| `{row['statement']}` | {fmt(row['wall_s'])} | {fmt(row.get('importtime_s'))} | "
+                f"{'yes' if row.get('imports_transformers') else 'no'} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def build_report(
+    results: list[dict[str, Any]], repeats: int, imports: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Everything run.py prints and writes to results/latest.json."""
+    return {
+        "repeats": repeats,
+        "summary": aggregate(results),
+        "ratios": ratio_table(results),
+        "targets": evaluate_targets(results),
+        "loss_agreement": loss_agreement(results),
+        "step_count_problems": step_count_problems(results),
+        "errors": [
+            {"workload": r["workload"], "runner": r["runner"], "repeat": r["repeat"], "error": r["error"]}
+            for r in results
+            if "error" in r
+        ],
+        "imports": imports,
+    }
