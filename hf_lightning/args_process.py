@@ -89,7 +89,14 @@ class TrainingArgumentsProcess:
 
     @property
     def device(self) -> Any:
-        """The ``torch.device`` of this process; computed without initialising CUDA or a process group."""
+        """The ``torch.device`` of this process, resolved once (the reference caches it too) without
+        initialising CUDA or a process group; the data path reads it for every tensor."""
+        resolved = self.__dict__.get("_resolved_device")
+        if resolved is None:
+            resolved = self.__dict__["_resolved_device"] = self._resolve_device()
+        return resolved
+
+    def _resolve_device(self) -> Any:
         import torch
 
         if self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() in (
