@@ -423,3 +423,25 @@ def test_a_desynchronised_seed_is_caught(tmp_path):
     changed[1, 2] = np.float32(1e-7)
     with pytest.raises(AssertionError):
         assert_arrays_equal(changed, predictions)
+
+
+def test_eval_on_start_and_eval_delay(tmp_path):
+    """An evaluation before the first update, and none before `eval_delay` steps, as the reference."""
+    result = run_parity(
+        make_regression_mlp(),
+        regression_data(16),
+        tmp_path,
+        trainer_kwargs={"eval_dataset": regression_data(6, seed=1), "compute_metrics": mse},
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+        num_train_epochs=2,
+        eval_strategy="steps",
+        eval_steps=2,
+        eval_delay=4,
+        eval_on_start=True,
+        logging_steps=2,
+        **EVAL,
+    )
+    eval_steps = [entry["step"] for entry in result.ours.log_history if "eval_loss" in entry]
+    assert eval_steps == [0, 4, 6, 8]
+    assert_log_history_matches(result, loss_rtol=1e-6)
