@@ -17,6 +17,8 @@ _EXPORTS = {
     "Seq2SeqTrainingArguments": "hf_lightning.args",
     "HFLightningTrainer": "hf_lightning.trainer",
     "Trainer": "hf_lightning.trainer",
+    "HFLightningSeq2SeqTrainer": "hf_lightning.seq2seq",
+    "Seq2SeqTrainer": "hf_lightning.seq2seq",
     "TrainerCallback": "hf_lightning.callbacks",
     "TrainerState": "hf_lightning.callbacks",
     "TrainerControl": "hf_lightning.callbacks",

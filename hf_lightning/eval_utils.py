@@ -252,17 +252,21 @@ def last_batch_remainder(dataloader: Any, last_batch: Any, num_processes: int = 
     if isinstance(dataset, torch.utils.data.IterableDataset):
         observed = find_batch_size(last_batch)
         return -1 if observed is None else observed
-    if getattr(dataloader, "drop_last", False):
-        return -1
     sampler = getattr(dataloader, "sampler", None)
     batch_sampler = (
         sampler if isinstance(sampler, torch.utils.data.BatchSampler) else dataloader.batch_sampler
     )
+    # A sharded loader carries `drop_last` on its batch sampler (accelerate keeps the original loader's).
+    if getattr(dataloader, "drop_last", False) or getattr(batch_sampler, "drop_last", False):
+        return -1
     try:
         length = getattr(dataset, "total_dataset_length", None)
         if length is None:
             length = len(dataset)
-        return length % (batch_sampler.batch_size * num_processes)
+        # accelerate's `total_batch_size`: a split batch is already global; a sharded one counts every process.
+        if getattr(batch_sampler, "split_batches", False):
+            return length % batch_sampler.batch_size
+        return length % (batch_sampler.batch_size * getattr(batch_sampler, "num_processes", num_processes))
     except (AttributeError, TypeError, ZeroDivisionError):
         return -1
 

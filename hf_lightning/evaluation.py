@@ -2,8 +2,8 @@
 
 `EvaluationMixin` is mixed into the `HFLightningTrainer` facade. It runs in the facade's process, outside
 Lightning's loops, so evaluation during training happens at the optimizer-step boundaries the facade
-chooses. Cross-process gathering goes through `_gather_for_metrics` / `_pad_across_processes`, which are
-single-process here.
+chooses. Cross-process gathering goes through `_gather_for_metrics` / `_pad_across_processes`
+(torch.distributed, see `distributed.py`); the process group is created on first use when launched.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import distributed
 from .eval_utils import (
     EvalLoopContainer,
     autocast_forward,
@@ -153,6 +154,7 @@ class EvaluationMixin:
             prediction_loss_only if prediction_loss_only is not None else args.prediction_loss_only
         )
 
+        self._prepare_distributed_evaluation(dataloader)
         model = self._prepare_model_for_evaluation()
 
         # Full fp16 / bf16 evaluation outside training casts the model itself (in place, as the reference).
@@ -220,7 +222,7 @@ class EvaluationMixin:
 
                     if losses is not None:
                         # One entry per sample so that the mean is sample-weighted (spec 2.9).
-                        losses = self._gather_for_metrics(losses.repeat(batch_size))
+                        losses = self._gather_for_metrics(losses.repeat(batch_size), is_loss=True)
                         all_losses.add(losses)
                     if inputs_decode is not None:
                         inputs_decode = self._pad_across_processes(inputs_decode, dim=1, pad_index=-100)
@@ -418,20 +420,33 @@ class EvaluationMixin:
     # hooks for the distributed and HP-search work, and small steps of the loop
     # ----------------------------------------------------------------------------------------------------
 
-    def _gather_for_metrics(self, data: Any) -> Any:
-        """Gather `data` from every process and drop the last batch's padding samples.
+    def _gather_for_metrics(self, data: Any, is_loss: bool = False) -> Any:
+        """Gather `data` from every process (rank order) and drop the last batch's padding samples.
 
-        Single process: nothing to gather; the last batch is cut to its real sample count, as accelerate's
-        `gather_for_metrics` does (this is what makes `eval_loss` sample-weighted). With
-        `_gather_drops_padding = False` (Seq2SeqTrainer) nothing is dropped.
+        As accelerate's `gather_for_metrics`: the last batch is cut to its real sample count, which makes
+        `eval_loss` sample-weighted and removes the samples the distributed sampler repeated to even out the
+        last round. Non-tensor data (or `eval_use_gather_object=True`) is gathered as Python objects.
+        `_gather_drops_padding = False` (Seq2SeqTrainer) keeps the losses uncut, as the reference does; the
+        predictions, labels and inputs are always cut, so they hold exactly one row per sample
+        (docs/divergences.md).
         """
-        if not self._gather_drops_padding:
+        if distributed.is_distributed():
+            if getattr(self.args, "eval_use_gather_object", False) or not distributed.all_tensors(data):
+                data = distributed.gather_object(data)
+            else:
+                data = distributed.gather(data)
+        if is_loss and not self._gather_drops_padding:
             return data
         return drop_last_batch_padding(data, self._eval_on_last_batch, self._eval_last_batch_remainder)
 
     def _pad_across_processes(self, tensor: Any, dim: int = 1, pad_index: int = -100) -> Any:
-        """Pad `tensor` on `dim` to the widest of all processes; identity in a single process."""
-        return tensor
+        """Pad `tensor` on `dim` with `pad_index` to the widest of all processes; identity in a single process."""
+        return distributed.pad_across_processes(tensor, dim=dim, pad_index=pad_index)
+
+    def _prepare_distributed_evaluation(self, dataloader: Any) -> None:
+        """Create the process group when launched with several processes (evaluate() may precede train())."""
+        if distributed.ensure_process_group(self.args):
+            distributed.check_even_eval_shards(self.args, getattr(dataloader, "dataset", None))
 
     def _report_evaluation_to_hp_search(self, trial: Any, metrics: dict[str, float]) -> None:
         """Hand the evaluation metrics to the HP-search trial, through the facade's `_report_to_hp_search`."""

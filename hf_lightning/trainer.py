@@ -41,6 +41,7 @@ from hf_lightning.loss import (
     loss_shifts_labels,
     unwrap_peft,
 )
+from hf_lightning.memory import TrainerMemoryTracker
 from hf_lightning.optimizer_methods import OptimizerMixin
 from hf_lightning.outputs import TrainOutput
 from hf_lightning.seeding import seed_from_args
@@ -88,6 +89,9 @@ class HFLightningTrainer(TrainingStepMixin, OptimizerMixin, EvaluationMixin, Che
         self.args = as_training_arguments(args)
         args = self.args
         seed_from_args(args)
+        # Memory metrics (skip_memory_metrics=False): the `init` stage spans the rest of the constructor.
+        self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
+        self._memory_tracker.start(stage="init")
         self.lightning_trainer = None
         self.model = model
         self._set_process_log_level()
@@ -176,6 +180,7 @@ class HFLightningTrainer(TrainingStepMixin, OptimizerMixin, EvaluationMixin, Che
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         if getattr(self.model, "config", None) is not None:
             self.model.config.use_cache = args.use_cache
+        self._memory_tracker.stop_and_update_metrics(stage="init")
 
     def explain(self) -> str:
         """How each argument is translated onto Lightning, one line per field (honoured / refused / ...)."""
@@ -322,6 +327,8 @@ class HFLightningTrainer(TrainingStepMixin, OptimizerMixin, EvaluationMixin, Che
             data_collator=self.data_collator,
             model=self.model,
             processing_class=self.processing_class,
+            world_size=self.args.world_size,
+            process_index=self.args.process_index,
         )
         if self.args.dataloader_persistent_workers:
             self._eval_dataloaders = {**cache, dataloader_key: dataloader}
@@ -335,6 +342,8 @@ class HFLightningTrainer(TrainingStepMixin, OptimizerMixin, EvaluationMixin, Che
             data_collator=self.data_collator,
             model=self.model,
             processing_class=self.processing_class,
+            world_size=self.args.world_size,
+            process_index=self.args.process_index,
             description="test",
         )
 

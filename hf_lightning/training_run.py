@@ -38,6 +38,8 @@ def run_training(
 
     if resume_from_checkpoint is False:
         resume_from_checkpoint = None
+    # memory metrics - must set up as early as possible
+    trainer._memory_tracker.start(stage="train")
     args = trainer.args
     trainer.is_in_train = True
     # Training prepares the model: a later evaluate() reports no model preparation time (as the reference).
@@ -176,7 +178,9 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
     _compile_model(trainer)
     module = HFLightningModule(trainer)
     trainer._lightning_module = module
-    lightning_trainer = build_lightning_trainer(trainer.plan, values, trainer.lightning_callbacks, model=trainer.model)
+    lightning_trainer = build_lightning_trainer(
+        trainer.plan, values, trainer.lightning_callbacks, model=trainer.model
+    )
     trainer.lightning_trainer = lightning_trainer
     resume.position_lightning_loops(trainer, lightning_trainer)
 
@@ -251,6 +255,7 @@ def _finalize_training(trainer: HFLightningTrainer, values, start_time: float, s
     trainer.store_flos()
     metrics["total_flos"] = trainer.state.total_flos
     metrics["train_loss"] = train_loss
+    trainer._memory_tracker.stop_and_update_metrics(metrics, stage="train")
     trainer.log(metrics)
     if trainer.args.load_best_model_at_end and trainer.state.best_model_checkpoint is not None:
         trainer._load_best_model()

@@ -305,7 +305,6 @@ def test_deepspeed_auto_values_are_filled_once_the_feature_lands(make_args, monk
         ("hub_revision", {"hub_revision": "dev"}, ["Hub"]),
         ("hub_always_push", {"hub_always_push": True}, ["Hub"]),
         ("enable_jit_checkpoint", {"enable_jit_checkpoint": True}, ["SIGTERM"]),
-        ("skip_memory_metrics", {"skip_memory_metrics": False}, ["memory"]),
         ("use_liger_kernel", {"use_liger_kernel": True}, ["liger"]),
         ("debug", {"debug": "underflow_overflow"}, ["underflow_overflow"]),
         ("debug", {"debug": "tpu_metrics_debug"}, ["XLA"]),

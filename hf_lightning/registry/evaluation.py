@@ -172,14 +172,37 @@ def _enable_jit_checkpoint(field: str, value: Any, ctx: Context) -> Decision:
 
 
 def _generation_option(default: Any) -> Any:
+    """A Seq2Seq generation field: read by `HFLightningSeq2SeqTrainer` (the plain trainer ignores it, as the
+    reference does)."""
+
     def handler(field: str, value: Any, ctx: Context) -> Decision:
         if not ctx.landed("evaluation"):
             return not_applicable(_EVAL_ONLY)
-        if ctx.landed("generation"):
-            return honoured("Seq2Seq facade: generate() during evaluate()/predict()")
-        if value == default:
-            return not_applicable("generation during evaluation has not landed yet")
-        return refused(not_landed_message("generation", "set predict_with_generate=False"))
+        if not ctx.landed("generation"):
+            if value == default:
+                return not_applicable("generation during evaluation has not landed yet")
+            return refused(not_landed_message("generation", "set predict_with_generate=False"))
+        if field == "generation_config":
+            if value is None:
+                return not_applicable("the model's own generation_config is used")
+            return honoured(
+                "Seq2SeqTrainer: loaded (a GenerationConfig, a file or folder, or a model id; needs transformers) "
+                "into model.generation_config at construction"
+            )
+        if field == "predict_with_generate":
+            if not value:
+                return not_applicable("evaluate()/predict() return the forward's outputs (no generate())")
+            return honoured(
+                "Seq2SeqTrainer: evaluate()/predict() return generate() tokens, padded with the pad id to the "
+                "generation config's max_length; the loss is still reported"
+            )
+        if not ctx.get("predict_with_generate"):
+            return not_applicable("predict_with_generate is False")
+        if value is None:
+            return not_applicable("not set: generate() uses model.generation_config")
+        return honoured(
+            "Seq2SeqTrainer: passed to generate() in evaluate()/predict() unless the call gives its own value"
+        )
 
     return handler
 
@@ -339,14 +362,21 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "ignore_data_skip",
         False,
-        _resume_option("facade: on resume, the dataloader is not fast-forwarded"),
+        _resume_option(
+            "resume.py: when True the resumed epoch restarts from its first batch (global_step continues); "
+            "when False the batches already trained on are skipped at the sampler level and the RNG restored "
+            "after the first window, as the reference does"
+        ),
         "resume without skipping batches",
         feature="resume",
     ),
     FieldEntry(
         "restore_callback_states_from_checkpoint",
         False,
-        _resume_option("facade: stateful callbacks restored on resume"),
+        _resume_option(
+            "resume.py: each stateful callback stored in trainer_state.json is rebuilt as cls(**args) with its "
+            "attributes and appended after the others; the stored TrainerControl replaces trainer.control"
+        ),
         "restore callbacks on resume",
         feature="resume",
     ),

@@ -12,11 +12,11 @@ from __future__ import annotations
 FEATURES: dict[str, tuple[bool, str]] = {
     "evaluation": (True, "evaluation (during training and through evaluate()/predict())"),
     "checkpoints": (True, "checkpoint saving, rotation and the best model"),
-    "resume": (False, "resuming training from a checkpoint"),
+    "resume": (True, "resuming training from a checkpoint"),
     "jit_checkpoint": (False, "a checkpoint saved on SIGTERM"),
     "hub": (False, "Hugging Face Hub support"),
-    "memory_metrics": (False, "memory metrics (skip_memory_metrics=False)"),
-    "generation": (False, "generation during evaluation (predict_with_generate)"),
+    "memory_metrics": (True, "memory metrics (skip_memory_metrics=False)"),
+    "generation": (True, "generation during evaluation (predict_with_generate)"),
     "fsdp": (False, "FSDP through Lightning's FSDP strategies"),
     "deepspeed": (False, "DeepSpeed through Lightning's DeepSpeed strategy"),
 }

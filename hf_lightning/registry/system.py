@@ -156,7 +156,9 @@ def _skip_memory_metrics(field: str, value: Any, ctx: Context) -> Decision:
     if value:
         return honoured("no memory metrics")
     if ctx.landed("memory_metrics"):
-        return honoured("facade: memory deltas added to the metrics (R6.6)")
+        return honoured(
+            "memory.py: init/train/eval/test memory deltas added to the metrics (spec 2.13, R6.6)"
+        )
     return refused("memory metrics have not landed in hf_lightning yet; set skip_memory_metrics=True")
 
 
@@ -248,7 +250,7 @@ TAIL_ENTRIES: list[FieldEntry] = [
         "skip_memory_metrics",
         True,
         _skip_memory_metrics,
-        "memory metrics (`False` refused until they land)",
+        "`False`: the reference's memory keys (psutil, hf_lightning/memory.py)",
         feature="memory_metrics",
     ),
     FieldEntry("do_train", False, script_flag(_SCRIPT_FLAG), "script flag (no effect, as in the reference)"),
