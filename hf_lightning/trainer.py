@@ -321,30 +321,26 @@ class HFLightningTrainer(TrainingStepMixin, OptimizerMixin, EvaluationMixin, Che
             eval_dataset = self.eval_dataset[eval_dataset]
         elif eval_dataset is None:
             eval_dataset = self.eval_dataset
-        dataloader = data_layer.build_eval_dataloader(
-            eval_dataset,
-            args=self.args,
-            data_collator=self.data_collator,
-            model=self.model,
-            processing_class=self.processing_class,
-            world_size=self.args.world_size,
-            process_index=self.args.process_index,
-        )
+        dataloader = self._build_eval_dataloader(eval_dataset, "Evaluation")
         if self.args.dataloader_persistent_workers:
             self._eval_dataloaders = {**cache, dataloader_key: dataloader}
         return dataloader
 
     def get_test_dataloader(self, test_dataset: Dataset) -> DataLoader:
         """The test DataLoader (never cached)."""
+        return self._build_eval_dataloader(test_dataset, "test")
+
+    def _build_eval_dataloader(self, dataset: Dataset, description: str) -> DataLoader:
+        """This process's share of an eval / test set, sequential, as the reference deals it."""
         return data_layer.build_eval_dataloader(
-            test_dataset,
+            dataset,
             args=self.args,
             data_collator=self.data_collator,
             model=self.model,
             processing_class=self.processing_class,
             world_size=self.args.world_size,
             process_index=self.args.process_index,
-            description="test",
+            description=description,
         )
 
     def num_examples(self, dataloader: DataLoader) -> int:

@@ -7,6 +7,7 @@ import lightning.pytorch as pl
 import pytest
 import transformers
 
+from hf_lightning.callbacks.base import EVENTS
 from tests.parity.harness import run_parity
 from tests.parity.models import make_regression_mlp, regression_data
 
@@ -42,23 +43,7 @@ def _make_event(name):
     return handler
 
 
-for _event in (
-    "on_init_end",
-    "on_train_begin",
-    "on_train_end",
-    "on_epoch_begin",
-    "on_epoch_end",
-    "on_step_begin",
-    "on_pre_optimizer_step",
-    "on_optimizer_step",
-    "on_substep_end",
-    "on_step_end",
-    "on_evaluate",
-    "on_predict",
-    "on_save",
-    "on_log",
-    "on_prediction_step",
-):
+for _event in EVENTS:
     setattr(EventRecorder, _event, _make_event(_event))
 
 
