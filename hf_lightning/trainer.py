@@ -42,6 +42,7 @@ from hf_lightning.loss import (
     unwrap_peft,
 )
 from hf_lightning.memory import TrainerMemoryTracker
+from hf_lightning.model_card import ModelCardMixin
 from hf_lightning.optimizer_methods import OptimizerMixin
 from hf_lightning.outputs import TrainOutput
 from hf_lightning.seeding import seed_from_args
@@ -60,7 +61,7 @@ class _RunBookkeeping:
     updates_done_in_epoch: int = 0
 
 
-class HFLightningTrainer(TrainingStepMixin, OptimizerMixin, EvaluationMixin, CheckpointMixin):
+class HFLightningTrainer(TrainingStepMixin, OptimizerMixin, EvaluationMixin, CheckpointMixin, ModelCardMixin):
     """Drop-in for `transformers.Trainer` whose training loop is Lightning's."""
 
     # None: decide per step as the reference does (R4.5); a subclass sets True/False for its own loss.
