@@ -22,6 +22,8 @@ SCENARIOS = {
     "bert_ga2": (make_tiny_bert_classifier, classification_data, {"gradient_accumulation_steps": 2}),
     # GPT-2: num_items_in_batch summed over both ranks (R4.4), last window of the epoch shorter.
     "gpt2_ga2": (make_tiny_gpt2, padded_lm_data, {"gradient_accumulation_steps": 2}),
+    # Checkpoints under DDP: one folder per save, an RNG file per rank.
+    "bert_checkpoints": (make_tiny_bert_classifier, classification_data, {"save_strategy": "steps", "save_steps": 2}),
 }
 
 
@@ -31,9 +33,9 @@ def main(side: str, out_dir: str) -> None:
     results = {}
     for name, (make_model, make_data, extra) in SCENARIOS.items():
         kwargs = dict(
-            output_dir=os.path.join(out_dir, side, name), use_cpu=True, report_to="none", save_strategy="no",
-            disable_tqdm=True, per_device_train_batch_size=2, num_train_epochs=2, logging_steps=1,
-            learning_rate=1e-3, ddp_backend="gloo", **extra,
+            output_dir=os.path.join(out_dir, side, name), use_cpu=True, report_to="none", disable_tqdm=True,
+            per_device_train_batch_size=2, num_train_epochs=2, logging_steps=1, learning_rate=1e-3,
+            ddp_backend="gloo", **{"save_strategy": "no", **extra},
         )
         if side == "ref":
             import transformers
@@ -46,7 +48,12 @@ def main(side: str, out_dir: str) -> None:
         trainer = trainer_cls(model=make_model(), args=args, train_dataset=make_data(14))
         trainer.train()
         state = {k: v.detach().to(torch.float64).flatten().tolist() for k, v in trainer.model.state_dict().items()}
-        results[name] = {"log_history": trainer.state.log_history, "weights": state}
+        folders = {}
+        for folder in sorted(os.listdir(kwargs["output_dir"])):
+            path = os.path.join(kwargs["output_dir"], folder)
+            if folder.startswith("checkpoint-") and os.path.isdir(path):
+                folders[folder] = sorted(os.listdir(path))
+        results[name] = {"log_history": trainer.state.log_history, "weights": state, "checkpoints": folders}
     if int(os.environ.get("RANK", "0")) == 0:
         with open(os.path.join(out_dir, f"{side}.json"), "w") as handle:
             json.dump(results, handle)
