@@ -12,7 +12,6 @@ import logging
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,7 +19,6 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from hf_lightning import data as data_layer
-from hf_lightning import schedule
 from hf_lightning.args import TrainingArguments, as_training_arguments
 from hf_lightning.callbacks import (
     CallbackHandler,
@@ -49,16 +47,6 @@ from hf_lightning.seeding import seed_from_args
 from hf_lightning.step_methods import TrainingStepMixin
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class _RunBookkeeping:
-    """Mutable counters of one `train()` call (the reference keeps them as private trainer attributes)."""
-
-    values: schedule.TrainingValues
-    ga: int
-    start_time: float
-    updates_done_in_epoch: int = 0
 
 
 class HFLightningTrainer(TrainingStepMixin, OptimizerMixin, EvaluationMixin, CheckpointMixin, ModelCardMixin):
@@ -177,7 +165,7 @@ class HFLightningTrainer(TrainingStepMixin, OptimizerMixin, EvaluationMixin, Che
         self._signature_columns = None
         self._train_batch_size = args.train_batch_size
         self._created_lr_scheduler = False
-        self._run: _RunBookkeeping | None = None
+        self._run = None  # the current train() call's counters (training_run.RunBookkeeping)
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         if getattr(self.model, "config", None) is not None:
             self.model.config.use_cache = args.use_cache

@@ -10,6 +10,7 @@ import gc
 import logging
 import time
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
@@ -25,6 +26,16 @@ if TYPE_CHECKING:
     from hf_lightning.trainer import HFLightningTrainer
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RunBookkeeping:
+    """Mutable counters of one `train()` call (the reference keeps them as private trainer attributes)."""
+
+    values: schedule.TrainingValues
+    ga: int
+    start_time: float
+    updates_done_in_epoch: int = 0
 
 
 def run_training(
@@ -185,7 +196,7 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
     resume.position_lightning_loops(trainer, lightning_trainer)
 
     start_time = time.time()
-    trainer._run = _new_run(values, args.gradient_accumulation_steps, start_time)
+    trainer._run = RunBookkeeping(values=values, ga=args.gradient_accumulation_steps, start_time=start_time)
     trainer._initial_num_input_tokens_seen = trainer.state.num_input_tokens_seen
     trainer._initial_global_step = trainer.state.global_step
     trainer._tr_loss = torch.tensor(0.0, device=args.device)
@@ -209,12 +220,6 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
     finally:
         trainer._fitting = False
     return _finalize_training(trainer, values, start_time, speed_metrics)
-
-
-def _new_run(values: schedule.TrainingValues, ga: int, start_time: float):
-    from hf_lightning.trainer import _RunBookkeeping
-
-    return _RunBookkeeping(values=values, ga=ga, start_time=start_time)
 
 
 class _TrainBeginBridge(pl.Callback):
