@@ -41,7 +41,7 @@ def str_to_bool(value: str) -> bool:
         return True
     if value in ("n", "no", "f", "false", "off", "0"):
         return False
-    raise ValueError(f"invalid truth value {value}")
+    raise ValueError(f"invalid truth value {value!r}")
 
 
 def apply_legacy_fsdp_to_config(fsdp: str | list, fsdp_config: dict[str, Any]) -> None:

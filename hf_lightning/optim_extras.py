@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hf_lightning.args_parallel import str_to_bool
+
 if TYPE_CHECKING:  # optim.py imports this module for its table; the context type is only annotated here
     from hf_lightning.optim import OptimizerContext
 
@@ -35,15 +37,6 @@ class LayerWiseDummyOptimizer(torch.optim.Optimizer):
 
     def step(self, closure: Callable | None = None) -> float | None:
         pass
-
-
-def _strtobool(value: str) -> bool:
-    value = value.lower()
-    if value in ("y", "yes", "t", "true", "on", "1"):
-        return True
-    if value in ("n", "no", "f", "false", "off", "0"):
-        return False
-    raise ValueError(f"invalid truth value {value!r}")
 
 
 def _get_adamw_torch_xla(ctx: OptimizerContext) -> tuple[Any, dict[str, Any]]:
@@ -71,7 +64,7 @@ def _get_adamw_anyprecision(ctx: OptimizerContext) -> tuple[Any, dict[str, Any]]
     oa = ctx.optim_args
     ctx.optimizer_kwargs.update(
         {
-            "use_kahan_summation": _strtobool(oa.get("use_kahan_summation", "False")),
+            "use_kahan_summation": str_to_bool(oa.get("use_kahan_summation", "False")),
             "momentum_dtype": getattr(torch, oa.get("momentum_dtype", "float32")),
             "variance_dtype": getattr(torch, oa.get("variance_dtype", "float32")),
             "compensation_buffer_dtype": getattr(torch, oa.get("compensation_buffer_dtype", "bfloat16")),
@@ -128,7 +121,7 @@ def _get_torchao_optimizer(ctx: OptimizerContext) -> tuple[Any, dict[str, Any]]:
     ctx.optimizer_kwargs.update(
         {
             "block_size": ctx.optim_args.get("block_size", 256),
-            "bf16_stochastic_round": _strtobool(ctx.optim_args.get("bf16_stochastic_round", "False")),
+            "bf16_stochastic_round": str_to_bool(ctx.optim_args.get("bf16_stochastic_round", "False")),
         }
     )
     ctx.optimizer_kwargs.update(ctx.adam_kwargs)
