@@ -8,6 +8,7 @@ evaluation loop calls: tensors gathered in rank order on dim 0, padded across pr
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -82,7 +83,16 @@ def ensure_process_group(args: Any) -> bool:
         rank=args.process_index,
         world_size=args.world_size,
     )
+    # Tear the group down before the interpreter does: a gloo group left for the C++ destructors at exit can
+    # abort the process ("terminate called without an active exception") after all work succeeded.
+    atexit.register(_destroy_process_group)
     return True
+
+
+def _destroy_process_group() -> None:
+    """Destroy the default process group if it still exists (registered at exit by `ensure_process_group`)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _apply(function: Callable[[torch.Tensor], torch.Tensor], data: Any) -> Any:
