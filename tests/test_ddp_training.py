@@ -50,3 +50,13 @@ def test_two_process_ddp_matches_reference(tmp_path):
             assert [f for f in ours_folders[folder] if f != "hf_lightning_complete.json"] == files, (name, folder)
         for key, values in reference[name]["weights"].items():
             assert ours[name]["weights"][key] == pytest.approx(values, rel=1e-4, abs=1e-6), (name, key)
+    # Resumed from checkpoint-2 under DDP: the remaining steps and the final weights are the uninterrupted run's.
+    resumed, uninterrupted = ours["bert_resume"], ours["bert_checkpoints"]
+    # The history of steps 1-2 comes back from the checkpoint's trainer_state.json, as in the reference.
+    assert [e["step"] for e in resumed["log_history"] if "loss" in e] == list(range(1, 9))
+    tail = [e for e in uninterrupted["log_history"] if e["step"] >= 3 and "loss" in e]
+    trained = [e for e in resumed["log_history"] if e["step"] >= 3 and "loss" in e]
+    for resumed_entry, entry in zip(trained, tail, strict=True):
+        assert resumed_entry["loss"] == pytest.approx(entry["loss"], rel=1e-5), resumed_entry["step"]
+    for key, values in uninterrupted["weights"].items():
+        assert resumed["weights"][key] == pytest.approx(values, rel=1e-4, abs=1e-6), key

@@ -27,9 +27,20 @@ SCENARIOS = {
 }
 
 
-def main(side: str, out_dir: str) -> None:
+def _summary(trainer, output_dir: str) -> dict:
+    """Log history, final weights (float64 lists) and each checkpoint folder's file names."""
     import torch
 
+    state = {k: v.detach().to(torch.float64).flatten().tolist() for k, v in trainer.model.state_dict().items()}
+    folders = {}
+    for folder in sorted(os.listdir(output_dir)):
+        path = os.path.join(output_dir, folder)
+        if folder.startswith("checkpoint-") and os.path.isdir(path):
+            folders[folder] = sorted(os.listdir(path))
+    return {"log_history": trainer.state.log_history, "weights": state, "checkpoints": folders}
+
+
+def main(side: str, out_dir: str) -> None:
     results = {}
     for name, (make_model, make_data, extra) in SCENARIOS.items():
         kwargs = dict(
@@ -47,13 +58,14 @@ def main(side: str, out_dir: str) -> None:
             trainer_cls, args = Trainer, TrainingArguments(**kwargs)
         trainer = trainer_cls(model=make_model(), args=args, train_dataset=make_data(14))
         trainer.train()
-        state = {k: v.detach().to(torch.float64).flatten().tolist() for k, v in trainer.model.state_dict().items()}
-        folders = {}
-        for folder in sorted(os.listdir(kwargs["output_dir"])):
-            path = os.path.join(kwargs["output_dir"], folder)
-            if folder.startswith("checkpoint-") and os.path.isdir(path):
-                folders[folder] = sorted(os.listdir(path))
-        results[name] = {"log_history": trainer.state.log_history, "weights": state, "checkpoints": folders}
+        results[name] = _summary(trainer, kwargs["output_dir"])
+        if name == "bert_checkpoints":
+            # Resume under DDP from the mid-epoch checkpoint of this run, into a fresh output folder.
+            kwargs["output_dir"] = os.path.join(out_dir, side, "bert_resume")
+            args = type(args)(**kwargs)
+            resumed = trainer_cls(model=make_model(), args=args, train_dataset=make_data(14))
+            resumed.train(resume_from_checkpoint=os.path.join(out_dir, side, name, "checkpoint-2"))
+            results["bert_resume"] = _summary(resumed, kwargs["output_dir"])
     if int(os.environ.get("RANK", "0")) == 0:
         with open(os.path.join(out_dir, f"{side}.json"), "w") as handle:
             json.dump(results, handle)
