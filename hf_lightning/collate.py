@@ -116,6 +116,7 @@ class RemoveColumnsCollator:
     ) -> None:
         self.data_collator = data_collator
         self.signature_columns = signature_columns
+        self._columns = frozenset(signature_columns)
         self.logger = logger
         self.description = description
         self.model_name = model_name
@@ -124,12 +125,16 @@ class RemoveColumnsCollator:
     def _remove_columns(self, feature: Any) -> Any:
         if not isinstance(feature, dict):
             return feature
+        if feature.keys() <= self._columns:
+            # Nothing to drop (the common case): a shallow copy, as the reference returns a new dict,
+            # without its per-example set arithmetic.
+            return dict(feature)
         if not self.message_logged and self.logger and self.model_name:
             ignored_columns = list(set(feature.keys()) - set(self.signature_columns))
             if len(ignored_columns) > 0:
                 self.logger.info(ignored_columns_message(ignored_columns, self.model_name, self.description))
                 self.message_logged = True
-        return {k: v for k, v in feature.items() if k in self.signature_columns}
+        return {k: v for k, v in feature.items() if k in self._columns}
 
     def __call__(self, features: list[Any]) -> Any:
         return self.data_collator([self._remove_columns(feature) for feature in features])

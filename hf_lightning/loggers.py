@@ -3,11 +3,33 @@
 Decisions: `report_to` maps onto Lightning's loggers, not onto transformers' integration
 callbacks, so transformers stays optional. Specs are plain data made by the pure `translate`;
 `build_loggers` turns them into Lightning logger objects (importing Lightning and the backends
-lazily) when training starts.
+lazily) when training starts. What each backend receives per log entry follows the reference's
+integration callback for it (`logger_adapters.py`).
+
+Where each backend writes, and which environment variables are read (all captured, non-secret,
+by `Environment.detect`):
+- tensorboard: `logging_dir` (v4 name), else `TENSORBOARD_LOGGING_DIR`, else
+  `output_dir/runs/<%b%d_%H-%M-%S>_<hostname>` (the reference's default).
+- csv (ours, no package needed): `logging_dir`, else `output_dir`, under `lightning_logs/version_N/metrics.csv`.
+- mlflow: `MLFLOW_TRACKING_URI`, else `sqlite:///<output_dir>/mlflow.db`. MLflow 3 refuses the
+  `./mlruns` file store unless `MLFLOW_ALLOW_FILE_STORE=true` and defaults to SQLite itself; the
+  reference leaves the URI to MLflow (so `./mlflow.db` in the working directory), we keep the run
+  inside `output_dir` like TensorBoard's `runs/`. `MLFLOW_EXPERIMENT_NAME` (default experiment
+  "Default"), `MLFLOW_TAGS` (a JSON object), `MLFLOW_RUN_ID` (resume a run) are honoured;
+  `MLFLOW_NESTED_RUN` and `HF_MLFLOW_LOG_ARTIFACTS` are refused. Lightning's `MLFlowLogger` accepts
+  `mlflow-skinny` (its requirement check falls back to "the `mlflow` module imports").
+- wandb: `WANDB_PROJECT` (default "huggingface"), `WANDB_DIR` (default `output_dir`), `WANDB_MODE`
+  passed to `wandb.init(mode=...)` as given; unset, the run is online when W&B credentials are
+  configured (`WANDB_API_KEY`, `WANDB_IDENTITY_TOKEN_FILE` or a .netrc entry) and offline otherwise,
+  so a machine without a key never prompts. `WANDB_LOG_MODEL` / `WANDB_WATCH` are refused.
+- comet_ml: `COMET_PROJECT_NAME` and `COMET_MODE`; comet reads its own key from its configuration.
 """
 
 from __future__ import annotations
 
+import copy
+import json
+import logging
 import os
 import socket
 from collections.abc import Mapping
@@ -16,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hf_lightning.translate import Environment, Plan
+
+logger = logging.getLogger(__name__)
 
 # The reference's integration names (spec 6.9), in its order.
 REFERENCE_INTEGRATIONS = (
@@ -38,32 +62,48 @@ REFERENCE_INTEGRATIONS = (
 SUPPORTED_LOGGERS = ("tensorboard", "csv", "mlflow", "wandb", "comet_ml")
 # Expanded by "all" when their package is installed, in the reference's order.
 ALL_EXPANDS_TO = ("comet_ml", "mlflow", "tensorboard", "wandb")
-# Python package that must be importable for each logger.
+# Python package that must be importable for each logger, and how to install it.
 LOGGER_PACKAGES = {
-    "tensorboard": "tensorboard (or tensorboardX)",
-    "mlflow": "mlflow",
-    "wandb": "wandb",
-    "comet_ml": "comet_ml",
+    "tensorboard": ("tensorboard (or tensorboardX)", "pip install tensorboard"),
+    "mlflow": ("mlflow (or mlflow-skinny)", "pip install mlflow-skinny"),
+    "wandb": ("wandb", "pip install wandb"),
+    "comet_ml": ("comet_ml", "pip install comet-ml"),
 }
 # Non-secret environment variables the specs read (captured by `Environment.detect`).
 LOGGER_ENV_VARS = (
     "TENSORBOARD_LOGGING_DIR",
     "MLFLOW_TRACKING_URI",
     "MLFLOW_EXPERIMENT_NAME",
+    "MLFLOW_TAGS",
+    "MLFLOW_RUN_ID",
+    "MLFLOW_NESTED_RUN",
+    "HF_MLFLOW_LOG_ARTIFACTS",
     "WANDB_MODE",
     "WANDB_PROJECT",
+    "WANDB_DIR",
+    "WANDB_LOG_MODEL",
+    "WANDB_WATCH",
     "COMET_PROJECT_NAME",
+    "COMET_MODE",
 )
+# `wandb.init(mode=...)` values (wandb 0.19+; "dryrun" and "run" are its older spellings).
+WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")
+_FALSY = ("", "false", "0", "no", "off")
 _REASONS = {
-    "neptune": "Lightning 2.6 removed NeptuneLogger (Neptune has been sunset)",
+    "neptune": "Lightning 2.6 removed NeptuneLogger when Neptune was sunset",
+    "kubeflow": (
+        "hf_lightning has no Kubeflow progress reporter; TrainingArguments adds it when "
+        "KUBEFLOW_TRAINER_SERVER_URL is set, set DISABLE_KUBEFLOW_INTEGRATION=TRUE to opt out"
+    ),
 }
 
 
 def _unsupported(name: str) -> str:
     reason = _REASONS.get(name, "hf_lightning reports through Lightning loggers and has none for it")
     return (
-        f"report_to={name!r} is not supported ({reason}); supported names: "
-        f"{', '.join(SUPPORTED_LOGGERS)}, or 'all' / 'none'"
+        f"report_to={name!r} is not supported ({reason}); remove it from report_to. Supported names: "
+        f"{', '.join(SUPPORTED_LOGGERS)}, or 'all' / 'none'. (TrainingArguments expands report_to='all' "
+        "to every installed integration: list the ones you want instead.)"
     )
 
 
@@ -93,25 +133,93 @@ def requested_loggers(report_to: Any, env: Environment) -> list[str]:
                 f"report_to={name!r} is not an integration name; supported: {', '.join(SUPPORTED_LOGGERS)}"
             )
         if name in LOGGER_PACKAGES and name not in env.installed_loggers:
+            package, command = LOGGER_PACKAGES[name]
             raise ValueError(
-                f"report_to={name!r} needs the {LOGGER_PACKAGES[name]} package: install it, "
-                f"or remove {name!r} from report_to"
+                f"report_to={name!r} needs the {package} package, which is not installed: install it "
+                f"(`{command}`), or remove {name!r} from report_to"
             )
         if name not in result:
             result.append(name)
     return result
 
 
+def default_mlflow_tracking_uri(output_dir: str) -> str:
+    """`sqlite:///<absolute output_dir>/mlflow.db`: MLflow's own default store format, kept inside the run."""
+    return "sqlite:///" + os.path.join(os.path.abspath(output_dir), "mlflow.db")
+
+
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.strip().lower() not in _FALSY
+
+
+def _mlflow_spec(output_dir: str, run_name: str | None, environ: Mapping[str, str]) -> dict[str, Any]:
+    for name, effect in (
+        ("MLFLOW_NESTED_RUN", "nested runs"),
+        ("HF_MLFLOW_LOG_ARTIFACTS", "copying checkpoints to MLflow artifacts"),
+    ):
+        if _truthy(environ.get(name)):
+            raise ValueError(
+                f"report_to='mlflow' with {name}={environ[name]!r} ({effect}) is not supported by "
+                f"hf_lightning's MLflow logger; unset {name}"
+            )
+    tags = None
+    if environ.get("MLFLOW_TAGS"):
+        try:
+            tags = json.loads(environ["MLFLOW_TAGS"])
+        except json.JSONDecodeError as error:
+            raise ValueError(f"MLFLOW_TAGS={environ['MLFLOW_TAGS']!r} is not JSON ({error}); pass a JSON object") from None
+        if not isinstance(tags, dict):
+            raise ValueError(f"MLFLOW_TAGS={environ['MLFLOW_TAGS']!r} must be a JSON object of tag: value")
+        tags = {str(key): str(value) for key, value in tags.items()}
+    explicit_uri = environ.get("MLFLOW_TRACKING_URI")
+    return {
+        "name": "mlflow",
+        "kwargs": {
+            "experiment_name": environ.get("MLFLOW_EXPERIMENT_NAME") or "Default",
+            "run_name": run_name,
+            "tracking_uri": explicit_uri or default_mlflow_tracking_uri(output_dir),
+            "tags": tags,
+            "run_id": environ.get("MLFLOW_RUN_ID") or None,
+        },
+        # The default SQLite file's folder is created when the logger is built (SQLite does not).
+        "store_dir": None if explicit_uri else os.path.abspath(output_dir),
+    }
+
+
+def _wandb_spec(output_dir: str, run_name: str | None, environ: Mapping[str, str]) -> dict[str, Any]:
+    mode = environ.get("WANDB_MODE") or None
+    if mode is not None and mode not in WANDB_MODES:
+        raise ValueError(f"WANDB_MODE={mode!r} is not a W&B mode; use one of {', '.join(WANDB_MODES)}")
+    for name, effect in (("WANDB_LOG_MODEL", "uploading the model"), ("WANDB_WATCH", "watching gradients")):
+        if _truthy(environ.get(name)):
+            raise ValueError(
+                f"report_to='wandb' with {name}={environ[name]!r} ({effect}) is not supported by "
+                f"hf_lightning's W&B logger; unset {name} or set it to 'false'"
+            )
+    return {
+        "name": "wandb",
+        "kwargs": {
+            "name": run_name,
+            "project": environ.get("WANDB_PROJECT") or "huggingface",
+            # None lets wandb read WANDB_DIR itself.
+            "save_dir": None if environ.get("WANDB_DIR") else output_dir,
+        },
+        # None: online when credentials are configured, else offline (decided when built).
+        "mode": mode,
+    }
+
+
 def logger_specs(args: Any, env: Environment) -> list[dict[str, Any]]:
     """One spec `{"name", "kwargs", ...}` per requested logger; pure (reads `env.environ`)."""
     output_dir = str(getattr(args, "output_dir", None) or "trainer_output")
+    logging_dir = getattr(args, "logging_dir", None)
     run_name = getattr(args, "run_name", None)
     environ: Mapping[str, str] = env.environ
     specs = []
     for name in requested_loggers(getattr(args, "report_to", "none"), env):
         if name == "tensorboard":
             # The v4 `logging_dir` (kept by our arguments as an attribute) wins over the env var.
-            explicit = getattr(args, "logging_dir", None) or environ.get("TENSORBOARD_LOGGING_DIR")
+            explicit = logging_dir or environ.get("TENSORBOARD_LOGGING_DIR")
             specs.append(
                 {
                     "name": "tensorboard",
@@ -127,35 +235,18 @@ def logger_specs(args: Any, env: Environment) -> list[dict[str, Any]]:
                 }
             )
         elif name == "csv":
-            specs.append({"name": "csv", "kwargs": {"save_dir": output_dir}})
+            specs.append({"name": "csv", "kwargs": {"save_dir": os.path.expanduser(logging_dir or output_dir)}})
         elif name == "mlflow":
-            specs.append(
-                {
-                    "name": "mlflow",
-                    "kwargs": {
-                        "experiment_name": environ.get("MLFLOW_EXPERIMENT_NAME", "Default"),
-                        "run_name": run_name,
-                        "tracking_uri": environ.get("MLFLOW_TRACKING_URI"),
-                        "save_dir": os.path.join(output_dir, "mlruns"),
-                    },
-                }
-            )
+            specs.append(_mlflow_spec(output_dir, run_name, environ))
         elif name == "wandb":
-            mode = environ.get("WANDB_MODE")
-            specs.append(
-                {
-                    "name": "wandb",
-                    "kwargs": {
-                        "name": run_name,
-                        "project": environ.get("WANDB_PROJECT", "huggingface"),
-                        "save_dir": output_dir,
-                        # offline unless the user chose a mode: no network call by surprise
-                        "offline": mode is None or mode == "offline",
-                    },
-                }
-            )
+            specs.append(_wandb_spec(output_dir, run_name, environ))
         elif name == "comet_ml":
             kwargs: dict[str, Any] = {"project": environ.get("COMET_PROJECT_NAME")}
+            mode = environ.get("COMET_MODE")
+            if mode:
+                if mode.lower() not in ("get", "get_or_create", "create"):
+                    raise ValueError(f"COMET_MODE={mode!r} is not one of 'get', 'get_or_create', 'create'")
+                kwargs["mode"] = mode.lower()
             if run_name is not None:
                 kwargs["name"] = run_name
             specs.append({"name": "comet_ml", "kwargs": kwargs})
@@ -166,6 +257,36 @@ def default_logdir(now: datetime | None = None) -> str:
     """`runs/<%b%d_%H-%M-%S>_<hostname>`, the reference's TensorBoard default under output_dir."""
     current_time = (now or datetime.now()).strftime("%b%d_%H-%M-%S")
     return os.path.join("runs", current_time + "_" + socket.gethostname())
+
+
+def wandb_credentials_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """True when W&B would find credentials without prompting: an API key or identity-token variable,
+    or a .netrc entry for the W&B host. Only presence is checked; no value is read into a log."""
+    import netrc
+    from urllib.parse import urlparse
+
+    environ = os.environ if environ is None else environ
+    if environ.get("WANDB_API_KEY") or environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlparse(environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
+    path = environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        return netrc.netrc(path).authenticators(host or "") is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+
+
+def resolve_wandb_mode(mode: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """The `wandb.init(mode=...)` of a run: the user's `WANDB_MODE`, else online only with credentials."""
+    if mode is not None:
+        return mode
+    if wandb_credentials_configured(environ):
+        return "online"
+    logger.info(
+        "report_to='wandb': no W&B credentials configured and WANDB_MODE unset, so the run is recorded "
+        "offline; upload it later with `wandb sync <run dir>`, or set WANDB_MODE / run `wandb login`."
+    )
+    return "offline"
 
 
 def build_loggers(plan: Plan, now: datetime | None = None) -> list[Any]:
@@ -182,9 +303,14 @@ def build_loggers(plan: Plan, now: datetime | None = None) -> list[Any]:
     }
     built = []
     for spec in plan.loggers:
-        kwargs = dict(spec["kwargs"])
+        kwargs = copy.deepcopy(spec["kwargs"])  # Lightning's MLFlowLogger adds to the tags it is given
         if spec["name"] == "tensorboard" and kwargs["save_dir"] is None:
             kwargs["save_dir"] = os.path.join(spec["runs_root"], default_logdir(now))
+        if spec["name"] == "mlflow" and spec.get("store_dir"):
+            os.makedirs(spec["store_dir"], exist_ok=True)
+        if spec["name"] == "wandb":
+            # Given to wandb.init as `mode`; Lightning's own `offline=True` would rewrite os.environ.
+            kwargs["mode"] = resolve_wandb_mode(spec.get("mode"))
         built.append(classes[spec["name"]](**kwargs))
     return built
 
@@ -219,22 +345,21 @@ def installed_logger_backends(find_spec: Any = None) -> frozenset[str]:
 
 def publish_logs(lightning_trainer: Any, logs: Mapping[str, Any], step: int, *, outside_fit: bool) -> None:
     """Send one `log()` entry to Lightning: `callback_metrics` (so Lightning's `ModelCheckpoint` /
-    `EarlyStopping` can monitor `eval_loss`) and every logger, with the reference's key rewrite."""
+    `EarlyStopping` can monitor `eval_loss`) and every logger, each the way the reference's
+    integration for that backend does (see `logger_adapters.send_to_logger`)."""
     import torch
+    from lightning.pytorch.utilities import rank_zero_only
 
-    numeric = {
-        key: float(value)
-        for key, value in logs.items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool)
-    }
-    if not numeric:
-        return
+    from hf_lightning.logger_adapters import numeric_logs, send_to_logger
+
+    numeric = numeric_logs(logs)
     callback_metrics = lightning_trainer.callback_metrics
     for key, value in numeric.items():
         callback_metrics[key] = torch.tensor(value)
-    rewritten = rewrite_logs(numeric)
-    for logger in lightning_trainer.loggers:
-        logger.log_metrics(rewritten, step=step)
+    if rank_zero_only.rank != 0:
+        return  # Lightning's loggers write on global rank 0 only
+    for pl_logger in lightning_trainer.loggers:
+        send_to_logger(pl_logger, logs, step)
         if outside_fit:
             # Lightning finalised the loggers when `fit` returned; write what came after.
-            logger.save()
+            pl_logger.save()

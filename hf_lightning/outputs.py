@@ -53,3 +53,16 @@ class EvalPrediction:
         if idx < 0 or idx >= len(self.elements):
             raise IndexError("tuple index out of range")
         return self.elements[idx]
+
+
+class BestRun(NamedTuple):
+    """What `hyperparameter_search` returns: the best trial's id (its `run-<id>` folder), objective and parameters.
+
+    `objective` is a list for a multi-objective search; `run_summary` is always None here (the reference fills
+    it for Ray Tune only).
+    """
+
+    run_id: str
+    objective: float | list[float]
+    hyperparameters: dict[str, Any]
+    run_summary: Any | None = None

@@ -34,6 +34,7 @@ from hf_lightning.checkpoint import CheckpointMixin
 from hf_lightning.collate import pick_default_collator
 from hf_lightning.eval_utils import has_length
 from hf_lightning.evaluation import EvaluationMixin
+from hf_lightning.hp_search import HyperparameterSearchMixin
 from hf_lightning.loss import (
     LabelSmoother,
     loss_shifts_labels,
@@ -49,7 +50,14 @@ from hf_lightning.step_methods import TrainingStepMixin
 logger = logging.getLogger(__name__)
 
 
-class HFLightningTrainer(TrainingStepMixin, OptimizerMixin, EvaluationMixin, CheckpointMixin, ModelCardMixin):
+class HFLightningTrainer(
+    TrainingStepMixin,
+    OptimizerMixin,
+    EvaluationMixin,
+    CheckpointMixin,
+    ModelCardMixin,
+    HyperparameterSearchMixin,
+):
     """Drop-in for `transformers.Trainer` whose training loop is Lightning's."""
 
     # None: decide per step as the reference does (R4.5); a subclass sets True/False for its own loss.
@@ -172,10 +180,26 @@ class HFLightningTrainer(TrainingStepMixin, OptimizerMixin, EvaluationMixin, Che
         self._memory_tracker.stop_and_update_metrics(stage="init")
 
     def explain(self) -> str:
-        """How each argument is translated onto Lightning, one line per field (honoured / refused / ...)."""
+        """How each argument is translated onto Lightning, one line per field, then the `lightning.Trainer` overrides."""
+        from hf_lightning.lightning_bridge import explain_lightning_overrides
         from hf_lightning.translate import explain
 
-        return explain(self.plan)
+        return explain(self.plan) + explain_lightning_overrides(self.lightning_trainer_overrides, self.plan)
+
+    @property
+    def lightning_trainer_overrides(self) -> dict[str, Any]:
+        """Native `lightning.Trainer` arguments merged last into each run's Trainer (empty by default).
+
+        Only keys that leave the engine's contract intact are accepted (`lightning_bridge.SAFE_LIGHTNING_OVERRIDES`);
+        a refused key raises ValueError naming the TrainingArguments field to use instead.
+        """
+        return self.__dict__.setdefault("_lightning_trainer_overrides", {})
+
+    @lightning_trainer_overrides.setter
+    def lightning_trainer_overrides(self, overrides: Mapping[str, Any]) -> None:
+        from hf_lightning.lightning_bridge import check_lightning_overrides
+
+        self._lightning_trainer_overrides = check_lightning_overrides(overrides)
 
     # ---- construction helpers ---------------------------------------------------------------
     def _set_process_log_level(self) -> None:

@@ -73,6 +73,9 @@ def run_training(
     _enable_activation_checkpointing(trainer)
     if trainer.neftune_noise_alpha is not None:
         trainer._activate_neftune()
+    # The trial's parameters go onto `args` after model_init (which sees the previous trial's args, as the
+    # reference's) and may change the seed, batch size and plan used from here on.
+    trainer._hp_search_setup(trial)
     # Weights load before the optimizer exists, as the reference's train() does (hf_lightning/resume.py).
     trainer._resume_files = resume.prepare_resume(trainer, resume_from_checkpoint)
     try:
@@ -190,7 +193,11 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
     module = HFLightningModule(trainer)
     trainer._lightning_module = module
     lightning_trainer = build_lightning_trainer(
-        trainer.plan, values, trainer.lightning_callbacks, model=trainer.model
+        trainer.plan,
+        values,
+        trainer.lightning_callbacks,
+        model=trainer.model,
+        overrides=trainer.lightning_trainer_overrides,
     )
     trainer.lightning_trainer = lightning_trainer
     resume.position_lightning_loops(trainer, lightning_trainer)
