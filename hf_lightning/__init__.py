@@ -19,6 +19,8 @@ _EXPORTS = {
     "Trainer": "hf_lightning.trainer",
     "HFLightningSeq2SeqTrainer": "hf_lightning.seq2seq",
     "Seq2SeqTrainer": "hf_lightning.seq2seq",
+    "HfArgumentParser": "hf_lightning.hf_argparser",
+    "HfArg": "hf_lightning.hf_argparser",
     "TrainerCallback": "hf_lightning.callbacks",
     "TrainerState": "hf_lightning.callbacks",
     "TrainerControl": "hf_lightning.callbacks",

@@ -15,8 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
+from lightning.pytorch.strategies import Strategy
 
 from hf_lightning import resume, schedule
+from hf_lightning.fsdp import gradient_sync_disabled
 from hf_lightning.loss import UnusedItemCountProbe
 from hf_lightning.precision import forward_autocast
 
@@ -38,12 +41,28 @@ class _BatchIterator(Iterator):
     def __init__(self, lightning_iterator: Iterator, module: HFLightningModule):
         self._lightning_iterator = lightning_iterator
         self._module = module
+        self._device = module.trainer.strategy.root_device if module._plain_batch_transfer() else None
 
     def __next__(self) -> Any:
         batch, _, _ = next(self._lightning_iterator)
+        if self._device is not None:
+            # What Lightning's three default transfer hooks amount to, without dispatching them.
+            return move_data_to_device(batch, self._device)
         trainer = self._module.trainer
         batch = self._module._on_before_batch_transfer(batch, dataloader_idx=0)
         return trainer.strategy.batch_to_device(batch, dataloader_idx=0)
+
+
+_BATCH_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+
+
+def _is_plain_batch_transfer(module: pl.LightningModule) -> bool:
+    """Whether moving a batch is Lightning's default `move_data_to_device`: no transfer hook overridden by the
+    module, no datamodule (it may define them) and a strategy that keeps the default `batch_to_device`."""
+    trainer = module.trainer
+    if trainer.datamodule is not None or type(trainer.strategy).batch_to_device is not Strategy.batch_to_device:
+        return False
+    return all(getattr(type(module), name) is getattr(pl.LightningModule, name) for name in _BATCH_TRANSFER_HOOKS)
 
 
 class HFLightningModule(pl.LightningModule):
@@ -57,6 +76,12 @@ class HFLightningModule(pl.LightningModule):
         object.__setattr__(self, "_facade", facade)
         self._micro_batch_index = -1
         self._item_count_probe = UnusedItemCountProbe()
+        self._plain_transfer: bool | None = None  # decided once the Lightning trainer is attached
+
+    def _plain_batch_transfer(self) -> bool:
+        if self._plain_transfer is None:
+            self._plain_transfer = _is_plain_batch_transfer(self)
+        return self._plain_transfer
 
     @property
     def facade(self) -> HFLightningTrainer:
@@ -64,6 +89,12 @@ class HFLightningModule(pl.LightningModule):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.model(*args, **kwargs)
+
+    def configure_model(self) -> None:
+        """FSDP2 shards the user's model here, where Lightning expects it (hf_lightning/fsdp.py); else a no-op."""
+        shard = getattr(self.trainer.strategy, "shard_user_model", None)
+        if shard is not None:
+            shard(self)
 
     # ---- optimizers -------------------------------------------------------------------------
     def configure_optimizers(self):
@@ -118,7 +149,7 @@ class HFLightningModule(pl.LightningModule):
                 facade._fire("on_step_begin")
             with (
                 self._sync_context(is_last_in_window=index == len(batch_samples) - 1),
-                forward_autocast(facade.model, facade.args),
+                self._forward_precision_context(),
             ):
                 loss_step = facade.training_step(
                     model, inputs, probed_count if index == 0 else num_items_in_batch
@@ -140,10 +171,19 @@ class HFLightningModule(pl.LightningModule):
 
     def _sync_context(self, is_last_in_window: bool):
         """Gradient all-reduce only on the window's last micro-batch (R2.5): `no_sync` of the DDP-wrapped model."""
-        no_sync = getattr(self.facade.model_wrapped, "no_sync", None)
+        model = self.facade.model_wrapped
+        if not is_last_in_window and callable(getattr(model, "set_requires_gradient_sync", None)):
+            return gradient_sync_disabled(model)  # FSDP2's no_sync
+        no_sync = getattr(model, "no_sync", None)
         if is_last_in_window or not callable(no_sync):
             return contextlib.nullcontext()
         return no_sync()
+
+    def _forward_precision_context(self):
+        """The reference's forward autocast, unless the strategy owns mixed precision (FSDP2, as accelerate)."""
+        if getattr(self.trainer.strategy, "owns_forward_precision", False):
+            return contextlib.nullcontext()
+        return forward_autocast(self.facade.model, self.facade.args)
 
     def _optimizer_update(self, micro_batch_index: int) -> None:
         facade = self.facade
