@@ -47,9 +47,9 @@ def _use_cpu(field: str, value: Any, ctx: Context) -> Decision:
     if ctx.n_gpu > 1:
         return refused(
             f"n_gpu={ctx.n_gpu}: {ctx.n_gpu} GPUs are visible to one process, where the reference would use "
-            "nn.DataParallel, which Lightning does not have. Launch one process per GPU "
-            f"(torchrun --nproc_per_node {ctx.n_gpu} your_script.py), or expose one GPU "
-            "(CUDA_VISIBLE_DEVICES=0)"
+            "nn.DataParallel, which Lightning does not have. A script run with `python` becomes one process "
+            "per GPU by itself (hf_lightning.device_launch), but a notebook or REPL cannot be re-run: launch "
+            f"a script with torchrun --nproc_per_node {ctx.n_gpu}, or expose one GPU (CUDA_VISIBLE_DEVICES=0)"
         )
     env = ctx.env
     devices: int = env.local_world_size if ctx.multi_process else 1
