@@ -21,6 +21,7 @@ _EXPORTS = {
     "Seq2SeqTrainer": "hf_lightning.seq2seq",
     "HfArgumentParser": "hf_lightning.hf_argparser",
     "HfArg": "hf_lightning.hf_argparser",
+    "DataSource": "hf_lightning.cli_data",
     "TrainerCallback": "hf_lightning.callbacks",
     "TrainerState": "hf_lightning.callbacks",
     "TrainerControl": "hf_lightning.callbacks",

@@ -3,7 +3,8 @@
 `hf-lightning` with no arguments (or `hf-lightning train-demo`) is the main job: it trains a tiny
 transformer on the embedded task through `HFLightningTrainer`, with nothing downloaded and no
 transformers installed, and says where the model went. `hf-lightning explain ARGS.json` shows how
-each TrainingArguments field of a JSON file maps onto Lightning.
+each TrainingArguments field of a JSON file maps onto Lightning. `hf-lightning fit | validate | test | predict
+--config run.yaml` runs a configured Trainer the LightningCLI way (hf_lightning/lightning_cli.py).
 
 Heavy imports (torch, lightning) happen inside the commands, so `hf-lightning --help` is instant.
 """
@@ -25,6 +26,8 @@ TRAINING_ARGUMENTS_CLASS = "hf_lightning.args:TrainingArguments"
 DEFAULT_OUTPUT_DIR = "./hf_lightning_demo"
 RESULTS_NAME = "demo_results.json"
 COMMANDS = ("train-demo", "explain")
+# Subcommands handled by hf_lightning.lightning_cli (jsonargparse), dispatched before argparse sees them.
+LIGHTNING_CLI_COMMANDS = ("fit", "validate", "test", "predict")
 # Accuracy at or above this multiple of chance is reported as "learned".
 LEARNED_FACTOR = 2.0
 
@@ -104,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     explain.add_argument("args_json", metavar="ARGS.json", help="a JSON object of TrainingArguments fields")
+    from hf_lightning.lightning_cli import SUBCOMMANDS  # stdlib-only at import: --help stays instant
+
+    for name in LIGHTNING_CLI_COMMANDS:
+        # Listed for --help only: main() hands these to hf_lightning.lightning_cli before parsing.
+        commands.add_parser(name, help=f"{SUBCOMMANDS[name]} (--config run.yaml)")
     return parser
 
 
@@ -111,7 +119,7 @@ def _with_default_command(argv: list[str]) -> list[str]:
     """Insert `train-demo` when no command is given (`hf-lightning`, `hf-lightning --epochs 1`)."""
     if not argv:
         return ["train-demo"]
-    if argv[0] in COMMANDS or argv[0] in ("-h", "--help"):
+    if argv[0] in COMMANDS or argv[0] in LIGHTNING_CLI_COMMANDS or argv[0] in ("-h", "--help"):
         return argv
     if argv[0].startswith("-"):
         return ["train-demo", *argv]
@@ -120,8 +128,13 @@ def _with_default_command(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `hf-lightning`; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in LIGHTNING_CLI_COMMANDS:
+        from hf_lightning.lightning_cli import main as lightning_cli_main
+
+        return lightning_cli_main(argv)
     parser = build_parser()
-    options = parser.parse_args(_with_default_command(list(sys.argv[1:] if argv is None else argv)))
+    options = parser.parse_args(_with_default_command(argv))
     if options.command == "explain":
         return explain_command(Path(options.args_json), parser)
     return train_demo(

@@ -165,7 +165,11 @@ def explain_lightning_overrides(overrides: Mapping[str, Any], plan: Any = None) 
         elif key == "logger":
             effect = "replaces the loggers translated from report_to"
         else:
-            effect = f"replaces the translated {translated.get(key)!r}" if key in translated else "not set by the translation"
+            effect = (
+                f"replaces the translated {translated.get(key)!r}"
+                if key in translated
+                else "not set by the translation"
+            )
         lines.append(f"  {key} = {_short_repr(value)}  ({effect})")
     return "\n".join(lines) + "\n"
 
