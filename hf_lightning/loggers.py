@@ -101,9 +101,9 @@ _REASONS = {
 def _unsupported(name: str) -> str:
     reason = _REASONS.get(name, "hf_lightning reports through Lightning loggers and has none for it")
     return (
-        f"report_to={name!r} is not supported ({reason}); remove it from report_to. Supported names: "
-        f"{', '.join(SUPPORTED_LOGGERS)}, or 'all' / 'none'. (TrainingArguments expands report_to='all' "
-        "to every installed integration: list the ones you want instead.)"
+        f"report_to={name!r} is not supported ({reason}); remove it from report_to (supported names: "
+        f"{', '.join(SUPPORTED_LOGGERS)}, or 'all' / 'none'; TrainingArguments expands report_to='all' "
+        "to every installed integration, so list the ones you want instead)"
     )
 
 
@@ -167,7 +167,9 @@ def _mlflow_spec(output_dir: str, run_name: str | None, environ: Mapping[str, st
         try:
             tags = json.loads(environ["MLFLOW_TAGS"])
         except json.JSONDecodeError as error:
-            raise ValueError(f"MLFLOW_TAGS={environ['MLFLOW_TAGS']!r} is not JSON ({error}); pass a JSON object") from None
+            raise ValueError(
+                f"MLFLOW_TAGS={environ['MLFLOW_TAGS']!r} is not JSON ({error}); pass a JSON object"
+            ) from None
         if not isinstance(tags, dict):
             raise ValueError(f"MLFLOW_TAGS={environ['MLFLOW_TAGS']!r} must be a JSON object of tag: value")
         tags = {str(key): str(value) for key, value in tags.items()}
@@ -235,7 +237,9 @@ def logger_specs(args: Any, env: Environment) -> list[dict[str, Any]]:
                 }
             )
         elif name == "csv":
-            specs.append({"name": "csv", "kwargs": {"save_dir": os.path.expanduser(logging_dir or output_dir)}})
+            specs.append(
+                {"name": "csv", "kwargs": {"save_dir": os.path.expanduser(logging_dir or output_dir)}}
+            )
         elif name == "mlflow":
             specs.append(_mlflow_spec(output_dir, run_name, environ))
         elif name == "wandb":
@@ -268,12 +272,24 @@ def wandb_credentials_configured(environ: Mapping[str, str] | None = None) -> bo
     environ = os.environ if environ is None else environ
     if environ.get("WANDB_API_KEY") or environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
-    host = urlparse(environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
-    path = environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
-    try:
-        return netrc.netrc(path).authenticators(host or "") is not None
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        return False
+    # wandb's own lookup: the NETRC variable, else ~/.netrc, else ~/_netrc; the machine is the host's netloc.
+    machine = urlparse(environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").netloc
+    home = os.path.expanduser("~")
+    candidates = (
+        [os.path.expanduser(environ["NETRC"])]
+        if environ.get("NETRC")
+        else [
+            os.path.join(home, ".netrc"),
+            os.path.join(home, "_netrc"),
+        ]
+    )
+    for path in candidates:
+        if os.path.isfile(path):
+            try:
+                return netrc.netrc(path).authenticators(machine) is not None
+            except (netrc.NetrcParseError, OSError):
+                return False
+    return False
 
 
 def resolve_wandb_mode(mode: str | None, environ: Mapping[str, str] | None = None) -> str:
@@ -294,10 +310,11 @@ def build_loggers(plan: Plan, now: datetime | None = None) -> list[Any]:
     times its TensorBoard directory then). Imports Lightning's logger modules lazily."""
     from lightning.pytorch import loggers as pl_loggers
 
+    from hf_lightning.logger_adapters import isolated_mlflow_logger_class
+
     classes = {
         "tensorboard": pl_loggers.TensorBoardLogger,
         "csv": pl_loggers.CSVLogger,
-        "mlflow": pl_loggers.MLFlowLogger,
         "wandb": pl_loggers.WandbLogger,
         "comet_ml": pl_loggers.CometLogger,
     }
@@ -311,7 +328,9 @@ def build_loggers(plan: Plan, now: datetime | None = None) -> list[Any]:
         if spec["name"] == "wandb":
             # Given to wandb.init as `mode`; Lightning's own `offline=True` would rewrite os.environ.
             kwargs["mode"] = resolve_wandb_mode(spec.get("mode"))
-        built.append(classes[spec["name"]](**kwargs))
+        # The MLflow class is made on demand: it imports mlflow.
+        logger_class = isolated_mlflow_logger_class() if spec["name"] == "mlflow" else classes[spec["name"]]
+        built.append(logger_class(**kwargs))
     return built
 
 

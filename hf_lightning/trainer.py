@@ -24,14 +24,15 @@ from hf_lightning.callbacks import (
     CallbackHandler,
     DefaultFlowCallback,
     PrinterCallback,
-    ProgressCallback,
     TrainerCallback,
     TrainerControl,
     TrainerState,
     is_exportable_state,
 )
+from hf_lightning.callbacks.notebook import default_progress_callback
 from hf_lightning.checkpoint import CheckpointMixin
 from hf_lightning.collate import pick_default_collator
+from hf_lightning.device_launch import maybe_launch_over_devices
 from hf_lightning.eval_utils import has_length
 from hf_lightning.evaluation import EvaluationMixin
 from hf_lightning.hp_search import HyperparameterSearchMixin
@@ -85,6 +86,8 @@ class HFLightningTrainer(
             args = TrainingArguments(output_dir="tmp_trainer")
         self.args = as_training_arguments(args)
         args = self.args
+        # Several GPUs and no launcher: one process per GPU, as Lightning's DDP launcher does (decisions.md).
+        maybe_launch_over_devices(args)
         seed_from_args(args)
         # Memory metrics (skip_memory_metrics=False): the `init` stage spans the rest of the constructor.
         self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
@@ -154,7 +157,7 @@ class HFLightningTrainer(
             self.optimizer,
             self.lr_scheduler,
         )
-        self.add_callback(PrinterCallback if args.disable_tqdm else ProgressCallback)
+        self.add_callback(PrinterCallback if args.disable_tqdm else default_progress_callback())
 
         self.hub_model_id = None
         if args.should_save:

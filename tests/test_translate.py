@@ -435,16 +435,18 @@ def test_report_to_all_expands_to_installed_supported_loggers(make_args):
     env = Environment(installed_loggers=frozenset({"tensorboard", "wandb", "neptune"}))
     plan = translate(args, env)
     assert [spec["name"] for spec in plan.loggers] == ["tensorboard", "wandb"]
-    wandb = plan.loggers[1]["kwargs"]
-    assert wandb["offline"] is True and wandb["project"] == "huggingface"
+    wandb = plan.loggers[1]
+    # WANDB_MODE unset: decided at run time from the credentials present (offline without any).
+    assert wandb["mode"] is None and wandb["kwargs"]["project"] == "huggingface"
 
 
 def test_mlflow_spec_stays_under_output_dir(make_args):
     env = Environment(installed_loggers=frozenset({"mlflow"}))
     plan = translate(make_args(report_to="mlflow", run_name="run"), env)
     (spec,) = plan.loggers
-    assert spec["kwargs"]["save_dir"] == os.path.join(plan.trainer_kwargs["default_root_dir"], "mlruns")
-    assert spec["kwargs"]["run_name"] == "run" and spec["kwargs"]["tracking_uri"] is None
+    store = os.path.join(os.path.abspath(plan.trainer_kwargs["default_root_dir"]), "mlflow.db")
+    assert spec["kwargs"]["tracking_uri"] == "sqlite:///" + store
+    assert spec["kwargs"]["run_name"] == "run"
 
 
 def test_rewrite_logs_matches_the_reference():

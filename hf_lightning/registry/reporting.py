@@ -58,7 +58,7 @@ def _report_to(field: str, value: Any, ctx: Context) -> Decision:
         return honoured("no experiment tracker")
     names = ", ".join(spec["name"] for spec in specs)
     return honoured(
-        f"Lightning loggers ({names}) fed from log_history with eval/, test/ and train/ key prefixes",
+        f"Lightning loggers ({names}) fed from log_history with each backend's reference key convention (train/, eval/, test/ prefixes; MLflow unprefixed)",
         loggers=tuple(specs),
     )
 

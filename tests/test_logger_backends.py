@@ -1,0 +1,463 @@
+"""report_to backends, end to end: a short real run, then what each backend wrote is read back and
+compared with `state.log_history` under the reference's per-integration key conventions
+(transformers' `rewrite_logs` for TensorBoard, CSV and W&B; unprefixed keys for MLflow)."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+import struct
+import time
+from collections import defaultdict
+
+import pytest
+from transformers.integrations.integration_utils import (
+    INTEGRATION_TO_CALLBACK,
+    get_available_reporting_integrations,
+)
+from transformers.integrations.integration_utils import rewrite_logs as reference_rewrite_logs
+
+from hf_lightning import TrainingArguments
+from hf_lightning.loggers import (
+    SUPPORTED_LOGGERS,
+    build_loggers,
+    default_mlflow_tracking_uri,
+    logger_specs,
+    requested_loggers,
+    resolve_wandb_mode,
+    wandb_credentials_configured,
+)
+from hf_lightning.trainer import HFLightningTrainer
+from hf_lightning.translate import Environment, translate
+from tests.parity.models import make_regression_mlp, regression_data
+
+SECRET = "secret-token-123"
+SUMMARY_ONLY = (
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "train_loss",
+    "total_flos",
+)
+
+
+def _train(tmp_path, report_to, **kwargs):
+    """4 updates, a log at each, evaluations at steps 2 and 4, then one more evaluation after `train()`."""
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=False,  # the printer would pop total_flos before the loggers see it (reported)
+        per_device_train_batch_size=2,
+        learning_rate=1e-2,
+        max_steps=4,
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=2,
+        report_to=report_to,
+        run_name="backend-run",
+        hub_token=SECRET,
+        **kwargs,
+    )
+    trainer = HFLightningTrainer(
+        model=make_regression_mlp(),
+        args=args,
+        train_dataset=regression_data(8),
+        eval_dataset=regression_data(4, seed=1),
+    )
+    trainer.train()
+    trainer.evaluate()  # logged after fit: the loggers must still receive it
+    return trainer
+
+
+def _numbers(entry):
+    return {key: value for key, value in entry.items() if key != "step" and isinstance(value, (int, float))}
+
+
+def _expected_series(history, rewrite):
+    """key -> [(step, value), ...] in logging order, as the reference's integration would write them."""
+    series = defaultdict(list)
+    for entry in history:
+        for key, value in rewrite(_numbers(entry)).items():
+            series[key].append((entry["step"], value))
+    return dict(series)
+
+
+def _assert_series_equal(actual, expected, rel=0.0):
+    assert sorted(actual) == sorted(expected)
+    for key, points in expected.items():
+        assert [step for step, _ in actual[key]] == [step for step, _ in points], key
+        assert [value for _, value in actual[key]] == pytest.approx(
+            [value for _, value in points], rel=rel
+        ), key
+
+
+def _assert_no_secret(root):
+    leaks = [
+        path for path in glob.glob(os.path.join(root, "**", "*"), recursive=True) if os.path.isfile(path)
+    ]
+    leaks = [path for path in leaks if SECRET.encode() in open(path, "rb").read()]
+    assert leaks == []
+
+
+def test_history_has_train_eval_and_post_fit_entries(tmp_path):
+    """The shape the backend tests rely on: the same step carries train, eval and summary entries."""
+    history = _train(tmp_path, "none").state.log_history
+    assert [(entry["step"], next(iter(entry))) for entry in history] == [
+        (1, "loss"),
+        (2, "loss"),
+        (2, "eval_loss"),
+        (3, "loss"),
+        (4, "loss"),
+        (4, "eval_loss"),
+        (4, "train_runtime"),
+        (4, "eval_loss"),
+    ]
+
+
+# ------------------------------------------------------------------ tensorboard and csv
+
+
+def test_tensorboard_and_csv_hold_the_log_history(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    trainer = _train(tmp_path, ["tensorboard", "csv"])
+    expected = _expected_series(trainer.state.log_history, reference_rewrite_logs)
+    assert "train/total_flos" in expected and "eval/loss" in expected and "train/train_loss" in expected
+
+    (run_dir,) = glob.glob(str(tmp_path / "out" / "runs" / "*"))
+    accumulator = EventAccumulator(run_dir)
+    accumulator.Reload()
+    scalars = {
+        tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]
+    }
+    _assert_series_equal(scalars, expected, rel=1e-6)  # TensorBoard stores float32
+
+    (metrics_file,) = glob.glob(str(tmp_path / "out" / "lightning_logs" / "*" / "metrics.csv"))
+    with open(metrics_file, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(trainer.state.log_history)  # one row per log() call
+    from_csv = defaultdict(list)
+    for row in rows:
+        for key, value in row.items():
+            if key != "step" and value != "":
+                from_csv[key].append((int(row["step"]), float(value)))
+    _assert_series_equal(dict(from_csv), expected)  # CSV keeps full precision
+    _assert_no_secret(str(tmp_path / "out"))
+
+
+def test_tensorboard_writes_strings_as_text(tmp_path):
+    """The reference's TensorBoardCallback: numbers as scalars, strings as text, both key-rewritten."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from hf_lightning.logger_adapters import send_to_logger
+
+    tensorboard = TensorBoardLogger(save_dir=str(tmp_path), name="", version="")
+    send_to_logger(tensorboard, {"loss": 0.5, "eval_note": "fine", "flag": True}, step=3)
+    tensorboard.finalize("success")
+    accumulator = EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    scalars = {
+        tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]
+    }
+    assert scalars == {
+        "train/loss": [(3, 0.5)],
+        "train/flag": [(3, 1.0)],
+    }  # a bool is an int to the reference
+    (text,) = accumulator.Tensors("eval/note/text_summary")
+    assert text.step == 3 and text.tensor_proto.string_val == [b"fine"]
+
+
+def test_logging_dir_moves_tensorboard_and_csv(tmp_path):
+    env = Environment(installed_loggers=frozenset({"tensorboard"}))
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=["tensorboard", "csv"])
+    args.logging_dir = str(tmp_path / "logs")  # the v4 field, kept as an attribute
+    tensorboard, csv_logger = build_loggers(translate(args, env))
+    assert os.path.normpath(tensorboard.log_dir) == str(tmp_path / "logs")
+    assert csv_logger.log_dir.startswith(str(tmp_path / "logs"))
+
+
+# ------------------------------------------------------------------ mlflow
+
+
+def _mlflow_series(client, run_id, keys):
+    return {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in keys}
+
+
+def test_mlflow_file_store_holds_the_log_history(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 refuses the file store otherwise
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "hf-lightning-test")
+    monkeypatch.setenv("MLFLOW_TAGS", '{"team": "lightning"}')
+    trainer = _train(tmp_path, "mlflow")
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("hf-lightning-test")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.data.tags["mlflow.runName"] == "backend-run" and run.data.tags["team"] == "lightning"
+    assert run.data.params["learning_rate"] == "0.01" and run.data.params["hub_token"] == "<HUB_TOKEN>"
+    # The reference's MLflowCallback logs the keys as they are (no train/ or eval/ prefix).
+    expected = _expected_series(trainer.state.log_history, dict)
+    assert "loss" in expected and "eval_loss" in expected and "total_flos" in expected
+    actual = _mlflow_series(client, run.info.run_id, run.data.metrics)
+    _assert_series_equal(actual, {key: sorted(points) for key, points in expected.items()})
+    _assert_no_secret(str(tmp_path / "mlruns"))
+    assert os.environ["MLFLOW_TRACKING_URI"] == uri  # the user's own setting is left as it was
+
+
+def test_mlflow_defaults_to_a_sqlite_store_in_output_dir(tmp_path, monkeypatch):
+    """No MLFLOW_TRACKING_URI: the run lands in output_dir/mlflow.db (MLflow's current store format)."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"), report_to="mlflow", run_name="r", use_cpu=True, max_steps=1
+    )
+    (spec,) = translate(args).loggers
+    uri = default_mlflow_tracking_uri(str(tmp_path / "out"))
+    assert spec["kwargs"]["tracking_uri"] == uri == "sqlite:///" + str(tmp_path / "out" / "mlflow.db")
+    (mlflow_logger,) = build_loggers(translate(args))
+    mlflow_logger.log_metrics({"loss": 0.5}, step=3)
+    mlflow_logger.finalize("success")
+    assert (tmp_path / "out" / "mlflow.db").is_file()
+    client = MlflowClient(uri)
+    run = client.get_run(mlflow_logger.run_id)
+    assert run.data.tags["mlflow.runName"] == "r" and run.info.status == "FINISHED"
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "loss")] == [(3, 0.5)]
+    assert client.get_experiment(run.info.experiment_id).name == "Default"
+    # Lightning's MLFlowLogger calls mlflow.set_tracking_uri, which exports MLFLOW_TRACKING_URI: undone, so
+    # the next run of this process does not write into this run's store.
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+    import mlflow
+
+    assert not mlflow.is_tracking_uri_set()
+
+
+def test_lightning_mlflow_logger_accepts_mlflow_skinny():
+    """Only mlflow-skinny is installed: Lightning's requirement check falls back to the importable module."""
+    import importlib.metadata
+
+    from lightning.pytorch.loggers.mlflow import _MLFLOW_AVAILABLE
+
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.version("mlflow")
+    assert importlib.metadata.version("mlflow-skinny")
+    assert bool(_MLFLOW_AVAILABLE)
+
+
+# ------------------------------------------------------------------ wandb
+
+
+def _read_wandb_records(path):
+    """The records of a `.wandb` file: a 7-byte header, then LevelDB-log framing (32 KiB blocks, each
+    record `crc32 u32 | length u16 | type u8 | payload`, full/first/middle/last) of `Record` protobufs."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = open(path, "rb").read()
+    assert data[:4] == b":W&B", data[:7]
+    records, pending, position, block = [], b"", 7, 32768
+    while position + 7 <= len(data):
+        left = block - position % block
+        if left < 7:  # a block's tail too short for a header is zero padding
+            position += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        if kind == 0:  # zero padding up to the block's end
+            position += left
+            continue
+        payload = data[position + 7 : position + 7 + length]
+        position += 7 + length
+        pending = payload if kind in (1, 2) else pending + payload
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+            pending = b""
+    return records
+
+
+def _finished_records(path, timeout=60.0):
+    """The records once wandb-core has written the run's `exit` record: `wandb.finish()` can return
+    before the core service has flushed the file (seen under load with wandb 0.31)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = _read_wandb_records(path)
+        if any(record.WhichOneof("record_type") == "exit" for record in records):
+            return records
+        assert time.monotonic() < deadline, f"{path} has no exit record after {timeout} s"
+        time.sleep(0.1)
+
+
+def _wandb_history_and_summary(path):
+    history, summary, run = [], {}, None
+    for record in _finished_records(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            run = record.run
+        elif kind == "history":
+            history.append(
+                {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                    for item in record.history.item
+                }
+            )
+        elif kind == "summary":
+            for item in record.summary.update:
+                if item.key:  # nested_key updates are wandb's own bookkeeping
+                    summary[item.key] = json.loads(item.value_json)
+    return run, history, summary
+
+
+@pytest.fixture
+def wandb_env(tmp_path, monkeypatch):
+    """An offline, quiet wandb whose files all land in tmp_path; no credentials anywhere."""
+    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_MODE", "WANDB_DIR", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONSOLE", "off")
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_CODE", "true")
+    monkeypatch.setenv("WANDB_X_DISABLE_STATS", "true")
+    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "wandb-home" / name.lower()))
+    monkeypatch.setenv("WANDB_PROJECT", "hf-lightning-tests")
+    yield
+    import wandb
+
+    wandb.finish()
+
+
+def test_wandb_offline_run_holds_the_log_history(tmp_path, wandb_env):
+    import wandb
+
+    trainer = _train(tmp_path, "wandb")
+    assert os.environ.get("WANDB_MODE") is None  # Lightning's offline=True would have set it to "dryrun"
+    wandb.finish()  # the run stays open after train(), as the reference's; close it to read it back
+
+    (run_file,) = glob.glob(str(tmp_path / "out" / "wandb" / "offline-run-*" / "run-*.wandb"))
+    run, rows, summary = _wandb_history_and_summary(run_file)
+    assert run.display_name == "backend-run" and run.project == "hf-lightning-tests"
+    expected_rows = []
+    for entry in trainer.state.log_history:  # the reference's WandbCallback.on_log
+        values = {key: value for key, value in entry.items() if key != "step" and key not in SUMMARY_ONLY}
+        expected_rows.append({**reference_rewrite_logs(values), "train/global_step": entry["step"]})
+    assert [row["trainer/global_step"] for row in rows] == [
+        entry["step"] for entry in trainer.state.log_history
+    ]
+    user_rows = [
+        {k: v for k, v in row.items() if not k.startswith("_") and k != "trainer/global_step"} for row in rows
+    ]
+    assert user_rows == expected_rows
+    final = next(entry for entry in trainer.state.log_history if "train_runtime" in entry)
+    assert {key: summary[key] for key in SUMMARY_ONLY} == {key: final[key] for key in SUMMARY_ONLY}
+    _assert_no_secret(str(tmp_path / "out"))
+
+
+def test_wandb_mode_comes_from_the_environment_or_the_credentials(tmp_path, monkeypatch):
+    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    assert not wandb_credentials_configured()
+    assert resolve_wandb_mode(None) == "offline"  # no key: offline, never a login prompt
+    assert resolve_wandb_mode("online") == "online" and resolve_wandb_mode("disabled") == "disabled"
+    (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password not-a-real-key\n")
+    assert resolve_wandb_mode(None) == "online"  # `wandb login` wrote a .netrc entry
+    assert resolve_wandb_mode(None, {"NETRC": str(tmp_path / "none"), "WANDB_API_KEY": "k"}) == "online"
+    assert resolve_wandb_mode(None, {"NETRC": str(tmp_path / "none")}) == "offline"
+
+
+def test_wandb_spec_reads_project_dir_and_mode():
+    args = TrainingArguments(output_dir="o", report_to="wandb", run_name="r")
+    installed = frozenset({"wandb"})
+    (spec,) = logger_specs(args, Environment(installed_loggers=installed))
+    assert spec["kwargs"] == {"name": "r", "project": "huggingface", "save_dir": "o"} and spec["mode"] is None
+    environ = {"WANDB_PROJECT": "p", "WANDB_DIR": "/tmp/w", "WANDB_MODE": "offline"}
+    (spec,) = logger_specs(args, Environment(installed_loggers=installed, environ=environ))
+    assert spec["kwargs"] == {"name": "r", "project": "p", "save_dir": None} and spec["mode"] == "offline"
+
+
+@pytest.mark.parametrize(
+    ("environ", "words"),
+    [
+        ({"WANDB_MODE": "sometimes"}, ["WANDB_MODE='sometimes'", "offline"]),
+        ({"WANDB_LOG_MODEL": "end"}, ["WANDB_LOG_MODEL='end'", "unset"]),
+        ({"WANDB_WATCH": "all"}, ["WANDB_WATCH='all'", "unset"]),
+    ],
+)
+def test_wandb_settings_we_cannot_honour_are_refused(environ, words):
+    args = TrainingArguments(output_dir="o", report_to="wandb")
+    with pytest.raises(ValueError) as error:
+        logger_specs(args, Environment(installed_loggers=frozenset({"wandb"}), environ=environ))
+    for word in words:
+        assert word in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("environ", "words"),
+    [
+        ({"MLFLOW_NESTED_RUN": "true"}, ["MLFLOW_NESTED_RUN", "unset"]),
+        ({"HF_MLFLOW_LOG_ARTIFACTS": "1"}, ["HF_MLFLOW_LOG_ARTIFACTS", "unset"]),
+        ({"MLFLOW_TAGS": "not json"}, ["MLFLOW_TAGS", "JSON"]),
+        ({"MLFLOW_TAGS": "[1, 2]"}, ["MLFLOW_TAGS", "JSON object"]),
+    ],
+)
+def test_mlflow_settings_we_cannot_honour_are_refused(environ, words):
+    args = TrainingArguments(output_dir="o", report_to="mlflow")
+    with pytest.raises(ValueError) as error:
+        logger_specs(args, Environment(installed_loggers=frozenset({"mlflow"}), environ=environ))
+    for word in words:
+        assert word in str(error.value)
+
+
+# ------------------------------------------------------------------ every name the reference accepts
+
+
+@pytest.mark.parametrize("name", sorted(INTEGRATION_TO_CALLBACK))
+def test_every_reference_integration_is_mapped_or_refused_with_the_fix(name):
+    everything = Environment(installed_loggers=frozenset(SUPPORTED_LOGGERS) | {"neptune"})
+    if name in SUPPORTED_LOGGERS:
+        assert requested_loggers([name], everything) == [name]
+        (spec,) = logger_specs(TrainingArguments(output_dir="o", report_to=name), everything)
+        assert spec["name"] == name
+        message = str(pytest.raises(ValueError, requested_loggers, [name], Environment()).value)
+        assert "not installed" in message and "pip install" in message and "remove" in message
+    else:
+        message = str(pytest.raises(ValueError, requested_loggers, [name], everything).value)
+        assert f"report_to={name!r} is not supported (" in message and "remove it from report_to" in message
+
+
+def test_refusals_say_why():
+    neptune = str(pytest.raises(ValueError, requested_loggers, ["neptune"], Environment()).value)
+    assert "Lightning 2.6 removed NeptuneLogger" in neptune
+    kubeflow = str(pytest.raises(ValueError, requested_loggers, ["kubeflow"], Environment()).value)
+    assert "DISABLE_KUBEFLOW_INTEGRATION=TRUE" in kubeflow
+    comet = str(pytest.raises(ValueError, requested_loggers, ["comet_ml"], Environment()).value)
+    assert "comet_ml package, which is not installed" in comet and "pip install comet-ml" in comet
+
+
+def test_comet_spec_reads_project_mode_and_run_name():
+    environ = {"COMET_PROJECT_NAME": "p", "COMET_MODE": "create"}
+    args = TrainingArguments(output_dir="o", report_to="comet_ml", run_name="r")
+    (spec,) = logger_specs(args, Environment(installed_loggers=frozenset({"comet_ml"}), environ=environ))
+    assert spec == {"name": "comet_ml", "kwargs": {"project": "p", "mode": "create", "name": "r"}}
+
+
+def test_all_and_none(monkeypatch):
+    monkeypatch.delenv("KUBEFLOW_TRAINER_SERVER_URL", raising=False)
+    # TrainingArguments expands "all" the reference's way; every installed name we support is kept.
+    expected = [name for name in get_available_reporting_integrations() if name in SUPPORTED_LOGGERS]
+    assert expected  # tensorboard, mlflow and wandb are installed in the test environment
+    plan = translate(TrainingArguments(output_dir="o", report_to="all"))
+    assert [spec["name"] for spec in plan.loggers] == expected
+    assert translate(TrainingArguments(output_dir="o", report_to="none")).loggers == []
+    # Unexpanded (duck-typed arguments): "all" keeps the installed supported loggers only.
+    installed = Environment(installed_loggers=frozenset({"tensorboard", "neptune"}))
+    assert requested_loggers("all", installed) == ["tensorboard"]
