@@ -7,7 +7,9 @@ object with `on_*` event methods), which then receive our `TrainingArguments`, `
 
 from __future__ import annotations
 
+import functools
 import logging
+import sys
 from typing import Any
 
 from .state import TrainerControl, TrainerState
@@ -265,8 +267,11 @@ class CallbackHandler(TrainerCallback):
         """Call `event` on every callback in order; a non-None return replaces `control` from then on."""
         for callback in self.callbacks:
             handler = getattr(callback, event, None)
-            if handler is None:
-                # A duck-typed callback (not a TrainerCallback subclass) that does not handle this event.
+            if handler is None or getattr(handler, "__func__", None) in _base_no_ops(
+                "transformers.trainer_callback" in sys.modules
+            ):
+                # A duck-typed callback without this event, or the base class's empty method (returns None):
+                # skipping it changes nothing and saves a call with ten arguments per event.
                 continue
             result = handler(
                 args,
@@ -283,3 +288,14 @@ class CallbackHandler(TrainerCallback):
             if result is not None:
                 control = result
         return control
+
+
+@functools.cache
+def _base_no_ops(reference_loaded: bool) -> frozenset:
+    """The empty event methods of our `TrainerCallback` and, once transformers' callbacks module is loaded, of
+    its `TrainerCallback` too (the same no-ops, inherited by callbacks written for the reference)."""
+    functions = {value for name, value in vars(TrainerCallback).items() if name.startswith("on_")}
+    if reference_loaded:
+        reference = sys.modules["transformers.trainer_callback"].TrainerCallback
+        functions |= {value for name, value in vars(reference).items() if name.startswith("on_")}
+    return frozenset(functions)
