@@ -238,10 +238,22 @@ class CheckpointMixin(MetricsIOMixin):
         """`optimizer.pt` and `scheduler.pt` (their `state_dict()`), on the processes allowed to save."""
         import torch
 
+        if getattr(self, "is_deepspeed_enabled", False):  # every rank: the engine's files (+ scheduler.pt)
+            from hf_lightning.deepspeed_strategy import save_deepspeed_optimizer_and_scheduler
+
+            save_deepspeed_optimizer_and_scheduler(self, output_dir)
+            return
+        fsdp = getattr(self, "is_fsdp_enabled", False)
+        if fsdp:  # every rank: FSDP's model and optimizer files, named as accelerate names them
+            from hf_lightning.fsdp_checkpoint import save_fsdp_model, save_fsdp_optimizer
+
+            save_fsdp_model(self, output_dir)
+            save_fsdp_optimizer(self, output_dir)
         if not self.args.should_save:
             return
-        reach("optimizer")
-        torch.save(self.optimizer.state_dict(), os.path.join(output_dir, OPTIMIZER_NAME))
+        if not fsdp:
+            reach("optimizer")
+            torch.save(self.optimizer.state_dict(), os.path.join(output_dir, OPTIMIZER_NAME))
         reach("scheduler")
         with warnings.catch_warnings():
             # torch warns that a scheduler's state is saved without the optimizer's; the reference hides it too.
@@ -337,6 +349,17 @@ class CheckpointMixin(MetricsIOMixin):
 
         best_dir = self.state.best_model_checkpoint
         logger.info(f"Loading best model from {best_dir} (score: {self.state.best_metric}).")
+        if getattr(self, "is_deepspeed_enabled", False):  # all ranks, from the engine's checkpoint
+            from hf_lightning.deepspeed_strategy import load_engine_checkpoint
+
+            strict = not _is_peft_like(self.model)
+            load_engine_checkpoint(self.model_wrapped, best_dir, load_module_strict=strict)
+            return
+        if getattr(self, "is_fsdp_enabled", False):  # all ranks, from the FSDP files (fsdp_checkpoint)
+            from hf_lightning.fsdp_checkpoint import load_fsdp_model
+
+            load_fsdp_model(self, best_dir)
+            return
         model = self.model
         if _is_peft_like(model) and any(
             os.path.exists(os.path.join(best_dir, name))
@@ -395,12 +418,16 @@ class CheckpointMixin(MetricsIOMixin):
         """Save the model (and processing class, training args) so `from_pretrained()` can reload it."""
         if output_dir is None:
             output_dir = self.args.output_dir
-        if getattr(self, "is_deepspeed_enabled", False) or getattr(self, "is_fsdp_enabled", False):
-            raise ValueError(
-                "save_model with DeepSpeed or FSDP is not supported yet by hf_lightning; train without "
-                "`deepspeed` / `fsdp`, or save the consolidated state dict yourself."
-            )
-        self._save(output_dir)
+        if getattr(self, "is_deepspeed_enabled", False):  # all ranks: ZeRO-3 gathers (deepspeed_strategy)
+            from hf_lightning.deepspeed_strategy import save_deepspeed_model
+
+            save_deepspeed_model(self, output_dir)
+        elif getattr(self, "is_fsdp_enabled", False):  # all ranks gather (fsdp_checkpoint)
+            from hf_lightning.fsdp_checkpoint import save_fsdp_weights
+
+            save_fsdp_weights(self, output_dir)
+        else:
+            self._save(output_dir)
         if self.args.push_to_hub and not _internal_call:
             push_to_hub = getattr(self, "push_to_hub", None)
             if push_to_hub is None:

@@ -77,6 +77,8 @@ class HFLightningModule(pl.LightningModule):
         self._micro_batch_index = -1
         self._item_count_probe = UnusedItemCountProbe()
         self._plain_transfer: bool | None = None  # decided once the Lightning trainer is attached
+        # Whether this micro-batch closes the window (accelerate's `sync_gradients`; DeepSpeed reads it).
+        self.sync_gradients = True
 
     def _plain_batch_transfer(self) -> bool:
         if self._plain_transfer is None:
@@ -147,6 +149,7 @@ class HFLightningModule(pl.LightningModule):
             do_sync_step = schedule.is_sync_step(step, run.values.steps_in_epoch, run.ga)
             if step % run.ga == 0:
                 facade._fire("on_step_begin")
+            self.sync_gradients = do_sync_step
             with (
                 self._sync_context(is_last_in_window=index == len(batch_samples) - 1),
                 self._forward_precision_context(),
@@ -172,6 +175,8 @@ class HFLightningModule(pl.LightningModule):
     def _sync_context(self, is_last_in_window: bool):
         """Gradient all-reduce only on the window's last micro-batch (R2.5): `no_sync` of the DDP-wrapped model."""
         model = self.facade.model_wrapped
+        if getattr(self.trainer.strategy, "owns_gradient_sync", False):  # DeepSpeed: the engine's boundary
+            return contextlib.nullcontext()
         if not is_last_in_window and callable(getattr(model, "set_requires_gradient_sync", None)):
             return gradient_sync_disabled(model)  # FSDP2's no_sync
         no_sync = getattr(model, "no_sync", None)
@@ -196,6 +201,8 @@ class HFLightningModule(pl.LightningModule):
         facade._fire("on_optimizer_step")
         learning_rate = facade._get_learning_rate()
         step_was_skipped = scale_before is not None and self._grad_scale() < scale_before
+        if getattr(self.trainer.strategy, "optimizer_step_was_skipped", False):  # DeepSpeed's fp16 overflow
+            step_was_skipped = True
         if not step_was_skipped and not facade._scheduler_waits_for_metrics():
             facade.lr_scheduler.step()
         facade.model_wrapped.zero_grad()

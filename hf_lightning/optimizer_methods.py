@@ -111,6 +111,10 @@ class OptimizerMixin:
         return type(self.lr_scheduler).__name__ in _PLATEAU_SCHEDULER_NAMES
 
     def _get_learning_rate(self) -> float:
+        if getattr(self, "is_deepspeed_enabled", False):  # 0 until fp16 loss-scale warm-up steps (reference)
+            from hf_lightning.deepspeed_strategy import engine_learning_rate
+
+            return engine_learning_rate(self.lr_scheduler)
         if self._scheduler_waits_for_metrics():
             last_lr = self.optimizer.param_groups[0]["lr"]
         else:

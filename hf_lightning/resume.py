@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 
+from hf_lightning import fsdp_checkpoint
 from hf_lightning.callbacks import TrainerControl, TrainerState
 from hf_lightning.checkpoint_files import (
     ADAPTER_SAFE_WEIGHTS_NAME,
@@ -40,6 +41,7 @@ from hf_lightning.checkpoint_files import (
     rng_state_file_name,
     safe_torch_load,
 )
+from hf_lightning.fsdp import is_fsdp_plan
 
 if TYPE_CHECKING:
     from hf_lightning.trainer import HFLightningTrainer
@@ -114,7 +116,9 @@ def prepare_resume(
             "a checkpoint folder path, or None."
         )
     weights_files = [name for name in _WEIGHTS_FILES if os.path.isfile(os.path.join(checkpoint, name))]
-    if not weights_files:
+    # FSDP: the weights and the optimizer load into the wrapped model at train start (fsdp_checkpoint.py).
+    fsdp = is_fsdp_plan(getattr(trainer, "plan", None))
+    if not weights_files and not (fsdp and fsdp_checkpoint.fsdp_model_files_present(checkpoint)):
         raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
     state_path = os.path.join(checkpoint, TRAINER_STATE_NAME)
     if not os.path.isfile(state_path):
@@ -123,12 +127,13 @@ def prepare_resume(
             "unknown. Resume from a checkpoint written by Trainer.train(), or start a fresh run."
         )
     # Every torch file is read (and a bad one refused) before the model is touched.
-    files = ResumeFiles(checkpoint, names=_torch_files_to_restore(args, checkpoint))
+    files = ResumeFiles(checkpoint, names=_torch_files_to_restore(args, checkpoint, fsdp))
     for name in files.names:
         files.loaded[name] = files.take(
             name, _optimizer_map_location(args) if name == OPTIMIZER_NAME else "cpu"
         )
-    _load_model_weights(trainer, checkpoint, weights_files)
+    if not fsdp:
+        _load_model_weights(trainer, checkpoint, weights_files)
     if args.auto_find_batch_size:
         saved_batch_size = TrainerState.load_from_json(state_path).train_batch_size
         if saved_batch_size is not None:
@@ -202,16 +207,21 @@ def _warn_on_version_mismatch(checkpoint: str) -> None:
         )
 
 
-def _torch_files_to_restore(args: Any, checkpoint: str) -> list[str]:
+def _torch_files_to_restore(args: Any, checkpoint: str, fsdp: bool = False) -> list[str]:
     """Optimizer + scheduler (only both), scaler and this process's RNG file, as far as they exist."""
     names = []
     has_optimizer = os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME))
-    if not has_optimizer and _has_sharded_optimizer(checkpoint):
+    if fsdp:  # FSDP's optimizer files are read at train start; the scheduler is listed only alongside them
+        if fsdp_checkpoint.fsdp_optimizer_files_present(checkpoint) and os.path.isfile(
+            os.path.join(checkpoint, SCHEDULER_NAME)
+        ):
+            names.append(SCHEDULER_NAME)
+    elif not has_optimizer and _has_sharded_optimizer(checkpoint):
         raise ValueError(
             f"{checkpoint} holds an FSDP / DeepSpeed optimizer state, which hf_lightning cannot resume yet; "
             "resume it with the library that wrote it."
         )
-    if has_optimizer and os.path.isfile(os.path.join(checkpoint, SCHEDULER_NAME)):
+    elif has_optimizer and os.path.isfile(os.path.join(checkpoint, SCHEDULER_NAME)):
         names += [OPTIMIZER_NAME, SCHEDULER_NAME]
     if os.path.isfile(os.path.join(checkpoint, SCALER_NAME)):
         names.append(SCALER_NAME)
@@ -362,7 +372,9 @@ def load_optimizer_and_scheduler(trainer: HFLightningTrainer, lightning_trainer:
         return
     files = point.files
     names = files.names
-    if OPTIMIZER_NAME in names:
+    if is_fsdp_plan(trainer.plan):  # model, optimizer and scheduler into what the FSDP strategy wrapped
+        fsdp_checkpoint.load_fsdp_resume_state(trainer, files)
+    elif OPTIMIZER_NAME in names:
         trainer.optimizer.load_state_dict(files.take(OPTIMIZER_NAME, _optimizer_map_location(trainer.args)))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")

@@ -17,6 +17,7 @@ from torch import nn
 
 from hf_lightning import data as data_layer
 from hf_lightning.eval_utils import speed_metrics
+from hf_lightning.fsdp import fsdp1_clip_grad_norm, is_fsdp1_model
 from hf_lightning.loggers import publish_logs
 from hf_lightning.loss import (
     activate_neftune,
@@ -186,11 +187,13 @@ class TrainingStepMixin:
                 tokens = self.state.num_input_tokens_seen - self._initial_num_input_tokens_seen
                 logs.update(speed_metrics("train", start_time, num_tokens=tokens))
         self.state.log_history.append({**logs, "step": self.state.global_step})
+        # The reference's trackers run before the printer, which pops `total_flos` from `logs`.
+        logger_logs = dict(logs)
         self.control = self.callback_handler.on_log(self.args, self.state, self.control, logs)
         if self.lightning_trainer is not None:
             publish_logs(
                 self.lightning_trainer,
-                logs,
+                logger_logs,
                 self.state.global_step,
                 outside_fit=not getattr(self, "_fitting", False),
             )
@@ -218,6 +221,10 @@ class TrainingStepMixin:
 
     def _clip_grad_norm(self, model: nn.Module) -> float:
         """Clip at `max_grad_norm` (or only measure with clipping off) and return the pre-clip norm (R4.8)."""
+        if getattr(self, "is_deepspeed_enabled", False):  # the engine clipped inside its step: its norm
+            from hf_lightning.deepspeed_strategy import engine_global_grad_norm
+
+            return engine_global_grad_norm(model)
         max_norm = self.args.max_grad_norm if self.args.max_grad_norm > 0 else float("inf")
         parameters = [p for p in model.parameters() if p.grad is not None]
         scaler = (
@@ -225,6 +232,8 @@ class TrainingStepMixin:
             if self.lightning_trainer
             else None
         )
+        if is_fsdp1_model(model):  # the norm over every rank's shard, as accelerate's FSDP1 clipping
+            return fsdp1_clip_grad_norm(model, max_norm, None if scaler is None else 1.0 / scaler.get_scale())
         if scaler is not None:
             # Lightning unscales inside `optimizer.step()`; measure on unscaled values and clip the scaled
             # gradients by the same factor, which is what unscale-then-clip does.

@@ -276,6 +276,14 @@ def build_strategy(plan: Plan, model: Any) -> Any:
         from hf_lightning.ddp import MicroBatchDDPStrategy
 
         return MicroBatchDDPStrategy(**resolve_ddp_kwargs(plan, model))
+    if plan.strategy["name"] in ("fsdp", "fsdp2"):
+        from hf_lightning.fsdp_strategy import build_fsdp_strategy
+
+        return build_fsdp_strategy(plan, model)
+    if plan.strategy["name"] == "deepspeed":
+        from hf_lightning.deepspeed_strategy import build_deepspeed_strategy
+
+        return build_deepspeed_strategy(plan, model)
     raise NotImplementedError(f"building the {plan.strategy['name']!r} strategy lands with its feature")
 
 

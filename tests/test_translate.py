@@ -289,9 +289,10 @@ def test_deepspeed_auto_values_are_filled_once_the_feature_lands(make_args, monk
     plan = translate(args, env)
     resolved = plan.strategy["kwargs"]["config"]
     assert resolved["train_micro_batch_size_per_gpu"] == 4
-    assert "gradient_accumulation_steps" not in resolved
+    # The engine keeps the reference's accumulation count (gradient_accumulation_steps=1 here).
+    assert resolved["gradient_accumulation_steps"] == 1
     assert resolved["optimizer"]["params"]["betas"] == [0.9, 0.999]
-    assert plan.strategy["details"]["mismatches"] == ["- ds optimizer.params.lr=0.001 vs hf 5e-05"]
+    assert plan.strategy["details"]["mismatches"] == ["- ds optimizer.params.lr=0.001 vs hf learning_rate=5e-05"]
     assert config["train_micro_batch_size_per_gpu"] == "auto"
 
 

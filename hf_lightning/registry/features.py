@@ -17,8 +17,8 @@ FEATURES: dict[str, tuple[bool, str]] = {
     "hub": (False, "Hugging Face Hub support"),
     "memory_metrics": (True, "memory metrics (skip_memory_metrics=False)"),
     "generation": (True, "generation during evaluation (predict_with_generate)"),
-    "fsdp": (False, "FSDP through Lightning's FSDP strategies"),
-    "deepspeed": (False, "DeepSpeed through Lightning's DeepSpeed strategy"),
+    "fsdp": (True, "FSDP through Lightning's FSDP strategies"),
+    "deepspeed": (True, "DeepSpeed through Lightning's DeepSpeed strategy"),
 }
 
 

@@ -1,0 +1,316 @@
+"""DeepSpeed through Lightning: the engine path of HFLightningModule against the reference's DeepSpeed runs.
+
+The run-level test trains a tiny BERT with `transformers.Trainer` + DeepSpeed and with `HFLightningTrainer` +
+`HFDeepSpeedStrategy` in one subprocess (this file run as a script), on DeepSpeed's CPU accelerator with gloo:
+ZeRO-1/2/3, the trainer's or the config's optimizer and scheduler, checkpoints, and a resume. Both sides use
+the real DeepSpeed engine. What the subprocess changes to run without CUDA, and why:
+- Lightning's `DeepSpeedStrategy` refuses non-CUDA accelerators (`setup_environment`) and CPU devices (no device
+  index); both guards are lifted there, and hf_lightning's own refusal is passed by translating the arguments
+  for a CUDA machine, then running the plan on Lightning's CPU accelerator;
+- DeepSpeed compiles a shared-memory all-reduce extension on first use (minutes); one process never needs it, so
+  `build_shm_op` returns None there;
+- the config optimizers set `torch_adam: true` (else DeepSpeed JIT-compiles its fused Adam), on both sides.
+The unit tests below check the routing to the engine with a recording engine (no deepspeed import).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from hf_lightning.deepspeed_strategy import EngineOptimizerView, EnginePrecision, EngineSchedulerView
+
+ROOT = Path(__file__).resolve().parents[1]
+
+AUTO_ADAMW = {
+    "type": "AdamW",
+    "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto", "torch_adam": True},
+}
+SCENARIOS = {
+    # the trainer's optimizer and schedule (stepped by our module), ZeRO-2, checkpoints every 2 steps
+    "zero2_trainer_optim": {"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}},
+    # DeepSpeed's optimizer and scheduler (both stepped by the engine), ZeRO-3 with the 16-bit gather on save
+    "zero3_config_optim_sched": {
+        "zero_optimization": {
+            "stage": 3,
+            "reduce_bucket_size": "auto",
+            "stage3_prefetch_bucket_size": "auto",
+            "stage3_param_persistence_threshold": "auto",
+            "stage3_gather_16bit_weights_on_model_save": True,
+        },
+        "optimizer": AUTO_ADAMW,
+        "scheduler": {
+            "type": "WarmupDecayLR",
+            "params": {
+                "warmup_min_lr": "auto",
+                "warmup_max_lr": "auto",
+                "warmup_num_steps": "auto",
+                "total_num_steps": "auto",
+            },
+        },
+    },
+    # DeepSpeed's optimizer with the trainer's schedule, built and stepped by the engine, ZeRO-1
+    "zero1_config_optim": {"zero_optimization": {"stage": 1}, "optimizer": AUTO_ADAMW},
+}
+BASE_CONFIG = {
+    "train_micro_batch_size_per_gpu": "auto",
+    "train_batch_size": "auto",
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+}
+RUN_ARGS = {
+    "per_device_train_batch_size": 2,
+    "gradient_accumulation_steps": 2,
+    "max_steps": 4,
+    "learning_rate": 1e-3,
+    "warmup_steps": 1,
+    "weight_decay": 0.01,
+    "max_grad_norm": 0.5,
+    "logging_steps": 1,
+    "save_strategy": "steps",
+    "save_steps": 2,
+    "report_to": "none",
+    "disable_tqdm": True,
+}
+SPEED_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
+
+
+# ---------------------------------------------------------------- the subprocess
+
+
+def _listing(folder: Path) -> dict:
+    """Checkpoint folders -> their files; the engine's `global_step*` folders -> their files too."""
+    result = {}
+    for checkpoint in sorted(p for p in folder.iterdir() if p.name.startswith("checkpoint-")):
+        files = {}
+        for entry in sorted(checkpoint.iterdir()):
+            files[entry.name] = sorted(os.listdir(entry)) if entry.is_dir() else None
+        result[checkpoint.name] = files
+    return result
+
+
+def _weights(checkpoint: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return {name: tensor.float() for name, tensor in load_file(str(checkpoint / "model.safetensors")).items()}
+
+
+def _max_abs_diff(first: dict, second: dict) -> float:
+    assert first.keys() == second.keys()
+    return max(float((first[name] - second[name]).abs().max()) for name in first)
+
+
+def _lift_cuda_guards() -> None:
+    """See the module docstring: run DeepSpeed through Lightning on its CPU accelerator, in this process only."""
+    import importlib
+
+    import lightning.pytorch.strategies.deepspeed as lightning_deepspeed
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from hf_lightning.deepspeed_strategy import HFDeepSpeedStrategy
+
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+    lightning_deepspeed._validate_device_index_selection = lambda devices: None
+    HFDeepSpeedStrategy.setup_environment = DDPStrategy.setup_environment
+
+
+def _run(side: str, config: dict, output_dir: Path, resume: str | None = None) -> dict:
+    import transformers
+
+    from hf_lightning import TrainingArguments
+    from hf_lightning.trainer import HFLightningTrainer
+    from hf_lightning.translate import Environment
+    from tests.parity.models import classification_data, make_tiny_bert_classifier
+
+    model, data = make_tiny_bert_classifier(), classification_data(12)
+    arguments = {"output_dir": str(output_dir), "deepspeed": config, **RUN_ARGS}
+    if side == "ref":
+        args = transformers.TrainingArguments(use_cpu=True, **arguments)
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+    else:
+        args = TrainingArguments(**arguments)
+        gpu = Environment(
+            cuda_available=True, cuda_device_count=1, installed_packages=frozenset({"deepspeed"})
+        )
+        original_detect = Environment.detect
+        Environment.detect = classmethod(lambda cls: gpu)
+        try:
+            trainer = HFLightningTrainer(model=model, args=args, train_dataset=data)
+        finally:
+            Environment.detect = original_detect
+        trainer.plan.trainer_kwargs["accelerator"] = "cpu"
+    trainer.train(resume_from_checkpoint=resume)
+    history = [{k: v for k, v in entry.items() if k not in SPEED_KEYS} for entry in trainer.state.log_history]
+    return {
+        "log_history": history,
+        "checkpoints": _listing(output_dir),
+        "optimizer": type(trainer.optimizer).__name__,
+        "scheduler": type(trainer.lr_scheduler).__name__,
+        "engine": type(trainer.model_wrapped).__name__,
+    }
+
+
+def _main(out_dir: Path) -> None:
+    import copy
+
+    _lift_cuda_guards()
+    results: dict = {}
+    for name, extra in SCENARIOS.items():
+        config = {**copy.deepcopy(BASE_CONFIG), **copy.deepcopy(extra)}
+        results[name] = {side: _run(side, config, out_dir / name / side) for side in ("ref", "ours")}
+        final = f"checkpoint-{RUN_ARGS['max_steps']}"
+        results[name]["weights_max_abs_diff"] = _max_abs_diff(
+            _weights(out_dir / name / "ref" / final), _weights(out_dir / name / "ours" / final)
+        )
+    # Resume the ZeRO-2 run from its step-2 checkpoint, in a fresh output folder holding a copy of it.
+    import shutil
+
+    name = "zero2_trainer_optim"
+    resumed_dir = out_dir / "resumed"
+    shutil.copytree(out_dir / name / "ours" / "checkpoint-2", resumed_dir / "checkpoint-2")
+    config = {**copy.deepcopy(BASE_CONFIG), **copy.deepcopy(SCENARIOS[name])}
+    results["resumed"] = _run("ours", config, resumed_dir, resume=str(resumed_dir / "checkpoint-2"))
+    results["resumed"]["weights_max_abs_diff"] = _max_abs_diff(
+        _weights(resumed_dir / "checkpoint-4"), _weights(out_dir / name / "ours" / "checkpoint-4")
+    )
+    (out_dir / "results.json").write_text(json.dumps(results))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def deepspeed_runs(tmp_path_factory) -> dict:
+    out_dir = tmp_path_factory.mktemp("deepspeed_runs")
+    # One process of a launch of one: the reference's accelerate reads these, DeepSpeed's comm too.
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "PYTHONPATH": str(ROOT),
+    }
+    completed = subprocess.run(
+        [sys.executable, __file__, str(out_dir)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert completed.returncode == 0, completed.stderr[-6000:]
+    return json.loads((out_dir / "results.json").read_text())
+
+
+def _assert_same_history(ours: list[dict], reference: list[dict]) -> None:
+    assert [entry["step"] for entry in ours] == [entry["step"] for entry in reference]
+    for our_entry, ref_entry in zip(ours, reference):
+        assert list(our_entry) == list(ref_entry), (ref_entry, our_entry)
+        for key, value in ref_entry.items():
+            assert our_entry[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (key, ref_entry, our_entry)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_deepspeed_run_matches_the_reference(deepspeed_runs, scenario):
+    run = deepspeed_runs[scenario]
+    reference, ours = run["ref"], run["ours"]
+    _assert_same_history(ours["log_history"], reference["log_history"])
+    assert [entry["step"] for entry in ours["log_history"]] == [1, 2, 3, 4, 4]
+    # Same folders and files (the engine's global_step<N>/ shards, latest, zero_to_fp32.py), ours plus the
+    # completion marker of the atomic save; scheduler.pt only where the trainer steps its own schedule.
+    for checkpoint, files in reference["checkpoints"].items():
+        our_files = dict(ours["checkpoints"][checkpoint])
+        assert our_files.pop("hf_lightning_complete.json") is None
+        assert our_files == files, checkpoint
+    assert list(ours["checkpoints"]) == list(reference["checkpoints"]) == ["checkpoint-2", "checkpoint-4"]
+    assert run["weights_max_abs_diff"] < 1e-6
+    assert ours["engine"] == "DeepSpeedEngine" and ours["optimizer"] == "EngineOptimizerView"
+    engine_schedules = scenario != "zero2_trainer_optim"
+    assert ours["scheduler"] == ("EngineSchedulerView" if engine_schedules else "LambdaLR")
+    assert ("scheduler.pt" in ours["checkpoints"]["checkpoint-2"]) is not engine_schedules
+
+
+@pytest.mark.slow
+def test_resumed_deepspeed_run_continues_the_uninterrupted_one(deepspeed_runs):
+    resumed = deepspeed_runs["resumed"]
+    uninterrupted = deepspeed_runs["zero2_trainer_optim"]["ours"]
+    tail = [entry for entry in uninterrupted["log_history"] if entry["step"] > 2]
+    resumed_tail = [entry for entry in resumed["log_history"] if entry["step"] > 2]
+    _assert_same_history(
+        resumed_tail[:-1], tail[:-1]
+    )  # the final summary's train_loss covers only the resumed part
+    assert resumed["weights_max_abs_diff"] < 1e-6
+
+
+# ---------------------------------------------------------------- routing, with a recording engine
+
+
+class _RecordingEngine:
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def set_gradient_accumulation_boundary(self, is_boundary: bool) -> None:
+        self.calls.append(("boundary", is_boundary))
+
+    def backward(self, loss: torch.Tensor, scale_wrt_gas: bool = True) -> None:
+        self.calls.append(("backward", float(loss), scale_wrt_gas))
+
+    def step(self) -> None:
+        self.calls.append(("step",))
+
+
+def test_backward_goes_to_the_engine_with_the_windows_boundary():
+    engine = _RecordingEngine()
+    module = SimpleNamespace(trainer=SimpleNamespace(strategy=SimpleNamespace(deepspeed_engine=engine)))
+    precision = EnginePrecision()
+    for sync in (False, False, True):
+        module.sync_gradients = sync
+        precision.backward(torch.tensor(0.5), module, None)
+    assert engine.calls == [
+        ("boundary", False),
+        ("backward", 0.5, False),
+        ("boundary", False),
+        ("backward", 0.5, False),
+        ("boundary", True),
+        ("backward", 0.5, False),
+        ("step",),
+    ]
+    assert precision.convert_module(module) is module and precision.convert_input(engine) is engine
+
+
+def test_views_do_not_step_what_the_engine_steps():
+    parameter = torch.nn.Parameter(torch.ones(2))
+    inner = torch.optim.SGD([parameter], lr=0.5)
+    view = EngineOptimizerView(inner)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(view, lambda step: 1.0 / (step + 1))  # a Trainer schedule
+    parameter.grad = torch.ones(2)
+    view.step()
+    view.zero_grad()
+    assert torch.equal(parameter.detach(), torch.ones(2)) and parameter.grad is not None
+    scheduler.step()
+    assert inner.param_groups[0]["lr"] == 0.25  # the schedule reaches DeepSpeed's groups through the view
+    assert not view.step_was_skipped
+    inner.overflow = True
+    assert view.step_was_skipped
+
+    engine_owned = EngineSchedulerView(torch.optim.lr_scheduler.LambdaLR(inner, lambda step: 0.1))
+    engine_owned.step()
+    assert engine_owned.get_last_lr() == [0.05] and engine_owned.last_epoch == 0
+
+
+if __name__ == "__main__":
+    _main(Path(sys.argv[1]))
