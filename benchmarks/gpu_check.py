@@ -27,14 +27,29 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
-_DEEPSPEED_BASE = {
+_DEEPSPEED_AUTO = {
     "train_micro_batch_size_per_gpu": "auto",
+    "train_batch_size": "auto",
     "gradient_accumulation_steps": "auto",
     "gradient_clipping": "auto",
     "bf16": {"enabled": "auto"},
+}
+# ZeRO-2 without optimizer/scheduler sections: args.optim and lr_scheduler_type, the schedule stepped by us.
+_ZERO2 = {**_DEEPSPEED_AUTO, "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}}
+# ZeRO-3 with DeepSpeed's optimizer and scheduler (stepped by the engine) and the 16-bit gather on save.
+# torch_adam: DeepSpeed would otherwise JIT-compile FusedAdam (needs nvcc and ninja on the machine).
+_ZERO3 = {
+    **_DEEPSPEED_AUTO,
+    "zero_optimization": {
+        "stage": 3,
+        "reduce_bucket_size": "auto",
+        "stage3_prefetch_bucket_size": "auto",
+        "stage3_param_persistence_threshold": "auto",
+        "stage3_gather_16bit_weights_on_model_save": True,
+    },
     "optimizer": {
         "type": "AdamW",
-        "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+        "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto", "torch_adam": True},
     },
     "scheduler": {
         "type": "WarmupDecayLR",
@@ -46,6 +61,7 @@ _DEEPSPEED_BASE = {
         },
     },
 }
+_BERT_LAYERS = {"transformer_layer_cls_to_wrap": ["BertLayer"]}
 
 # case -> (extra TrainingArguments, package it needs or None)
 CASES: dict[str, tuple[dict[str, Any], str | None]] = {
@@ -57,41 +73,31 @@ CASES: dict[str, tuple[dict[str, Any], str | None]] = {
         None,
     ),
     "fsdp1": (
+        {"bf16": True, "fsdp": "full_shard auto_wrap", "fsdp_config": {"version": 1, **_BERT_LAYERS}},
+        None,
+    ),
+    "fsdp1_sharded_fp16": (
         {
-            "bf16": True,
-            "fsdp": "full_shard auto_wrap",
-            "fsdp_config": {"version": 1, "transformer_layer_cls_to_wrap": ["BertLayer"]},
+            "fp16": True,
+            "fsdp": "shard_grad_op auto_wrap",
+            "fsdp_config": {"version": 1, "state_dict_type": "SHARDED_STATE_DICT", **_BERT_LAYERS},
         },
         None,
     ),
     "fsdp2": (
+        {"bf16": True, "fsdp": "full_shard auto_wrap", "fsdp_config": {"version": 2, **_BERT_LAYERS}},
+        None,
+    ),
+    "fsdp2_sharded_ac": (
         {
             "bf16": True,
-            "fsdp": "full_shard auto_wrap",
-            "fsdp_config": {"version": 2, "transformer_layer_cls_to_wrap": ["BertLayer"]},
+            "fsdp": True,
+            "fsdp_config": {"state_dict_type": "SHARDED_STATE_DICT", "activation_checkpointing": True},
         },
         None,
     ),
-    "deepspeed_zero2": (
-        {"bf16": True, "deepspeed": {**_DEEPSPEED_BASE, "zero_optimization": {"stage": 2}}},
-        "deepspeed",
-    ),
-    "deepspeed_zero3": (
-        {
-            "bf16": True,
-            "deepspeed": {
-                **_DEEPSPEED_BASE,
-                "zero_optimization": {
-                    "stage": 3,
-                    "reduce_bucket_size": "auto",
-                    "stage3_prefetch_bucket_size": "auto",
-                    "stage3_param_persistence_threshold": "auto",
-                    "stage3_gather_16bit_weights_on_model_save": True,
-                },
-            },
-        },
-        "deepspeed",
-    ),
+    "deepspeed_zero2": ({"bf16": True, "gradient_accumulation_steps": 2, "deepspeed": _ZERO2}, "deepspeed"),
+    "deepspeed_zero3": ({"bf16": True, "gradient_accumulation_steps": 2, "deepspeed": _ZERO3}, "deepspeed"),
 }
 
 
@@ -156,6 +162,22 @@ class _ScaleWatch:
         return Watch()
 
 
+def _final_weights(trainer, output_dir: str) -> dict:
+    """Whole-model weights on the CPU: gathered from the shards under FSDP, read from the consolidated
+    `checkpoint-6/model.safetensors` under DeepSpeed (ZeRO-3 parameters are partitioned, empty tensors)."""
+    if getattr(trainer, "is_fsdp_enabled", False):
+        from hf_lightning.fsdp_checkpoint import gather_full_state_dict
+
+        state = gather_full_state_dict(trainer.model_wrapped)
+    elif getattr(trainer, "is_deepspeed_enabled", False):
+        from safetensors.torch import load_file
+
+        state = load_file(os.path.join(output_dir, "checkpoint-6", "model.safetensors"))
+    else:
+        state = trainer.model.state_dict()
+    return {k: v.detach().float().cpu() for k, v in state.items()}
+
+
 def run_case(name: str, out_dir: str) -> dict[str, Any]:
     import torch
 
@@ -192,10 +214,10 @@ def run_case(name: str, out_dir: str) -> dict[str, Any]:
     full_output = full.train()
     skipped = watch.skipped
     scheduler_steps = getattr(full.lr_scheduler, "last_epoch", None)
-    full_weights = {k: v.detach().float().cpu() for k, v in full.model.state_dict().items()}
+    full_weights = _final_weights(full, os.path.join(out_dir, "full"))
     resumed = build(os.path.join(out_dir, "resumed"))
     resumed_output = resumed.train(resume_from_checkpoint=os.path.join(out_dir, "full", "checkpoint-3"))
-    resumed_weights = {k: v.detach().float().cpu() for k, v in resumed.model.state_dict().items()}
+    resumed_weights = _final_weights(resumed, os.path.join(out_dir, "resumed"))
     max_weight_diff = max((full_weights[k] - resumed_weights[k]).abs().max().item() for k in full_weights)
     result = {
         "case": name,
@@ -209,6 +231,9 @@ def run_case(name: str, out_dir: str) -> dict[str, Any]:
         "skipped_steps": skipped,
         "scheduler_steps": scheduler_steps,
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "wrapped": type(full.model_wrapped).__name__,
+        "engine_steps": getattr(full.model_wrapped, "global_steps", None),
+        "checkpoint_3": sorted(os.listdir(os.path.join(out_dir, "full", "checkpoint-3"))),
     }
     del resumed_output
     return result
@@ -233,6 +258,18 @@ def judge(result: dict[str, Any]) -> list[str]:
                 f"scheduler stepped {result['scheduler_steps']} times, expected {result['global_step']} - "
                 f"{result['skipped_steps']} skipped"
             )
+    files = set(result["checkpoint_3"])
+    if result["case"].startswith("deepspeed"):
+        if result["wrapped"] != "DeepSpeedEngine" or result["engine_steps"] != 6:
+            problems.append(
+                f"model_wrapped {result['wrapped']} stepped {result['engine_steps']} times, not 6"
+            )
+        if not {"global_step3", "latest", "zero_to_fp32.py", "model.safetensors"} <= files:
+            problems.append(f"checkpoint-3 holds {sorted(files)}")
+    if result["case"].startswith("fsdp"):
+        expected = "pytorch_model_fsdp_0" if "sharded" in result["case"] else "pytorch_model_fsdp.bin"
+        if expected not in files:
+            problems.append(f"checkpoint-3 lacks {expected}: {sorted(files)}")
     return problems
 
 
