@@ -197,39 +197,6 @@ def load_deepspeed_config(value: dict | str | os.PathLike) -> dict[str, Any]:
         ) from None
 
 
-def _find_node(config: dict[str, Any], dotted_key: str) -> tuple[dict[str, Any] | None, str]:
-    """The dict holding the last part of ``dotted_key`` (``None`` when a parent section is missing)."""
-    *parents, key = dotted_key.split(".")
-    node: Any = config
-    for name in parents:
-        node = node.get(name)
-        if node is None:
-            return None, key
-    return node, key
-
-
-def _fill_match(
-    config: dict[str, Any],
-    mismatches: list[str],
-    ds_key: str,
-    hf_val: Any,
-    hf_key: str,
-    must_match: bool = True,
-) -> None:
-    """Replace ``"auto"`` by ``hf_val``; otherwise record a mismatch when ``must_match`` and the values differ."""
-    node, key = _find_node(config, ds_key)
-    if node is None:
-        return
-    if node.get(key) == "auto":
-        node[key] = hf_val
-        return
-    if not must_match:
-        return
-    ds_val = node.get(key)
-    if ds_val is not None and ds_val != hf_val:
-        mismatches.append(f"- ds {ds_key}={ds_val} vs hf {hf_key}={hf_val}")
-
-
 def deepspeed_fill_at_construction(
     config: dict[str, Any], args: Any, auto_find_batch_size: bool = False
 ) -> list[str]:
@@ -238,51 +205,9 @@ def deepspeed_fill_at_construction(
     V16: a config without a ``zero_optimization`` section raises ``ValueError`` (accelerate's rule).
     The mismatches are raised together at the start of ``train()``, as in the reference.
     """
-    mismatches: list[str] = []
-    train_batch_size = args.world_size * args.per_device_train_batch_size * args.gradient_accumulation_steps
-    fill = _fill_match
-    fill(
-        config,
-        mismatches,
-        "train_micro_batch_size_per_gpu",
-        args.per_device_train_batch_size,
-        "per_device_train_batch_size",
-        not auto_find_batch_size,
-    )
-    fill(
-        config,
-        mismatches,
-        "gradient_accumulation_steps",
-        args.gradient_accumulation_steps,
-        "gradient_accumulation_steps",
-    )
-    fill(
-        config,
-        mismatches,
-        "train_batch_size",
-        train_batch_size,
-        "train_batch_size (calculated)",
-        not auto_find_batch_size,
-    )
-    fill(config, mismatches, "gradient_clipping", args.max_grad_norm, "max_grad_norm")
-    fill(config, mismatches, "optimizer.params.lr", args.learning_rate, "learning_rate")
-    fill(
-        config,
-        mismatches,
-        "optimizer.params.betas",
-        [args.adam_beta1, args.adam_beta2],
-        "adam_beta1+adam_beta2",
-    )
-    fill(config, mismatches, "optimizer.params.eps", args.adam_epsilon, "adam_epsilon")
-    fill(config, mismatches, "optimizer.params.weight_decay", args.weight_decay, "weight_decay")
-    fill(config, mismatches, "scheduler.params.warmup_min_lr", 0, "", must_match=False)
-    fill(config, mismatches, "scheduler.params.warmup_max_lr", args.learning_rate, "learning_rate")
-    if args.save_on_each_node:
-        # DeepSpeed assumes shared storage; save_on_each_node asks for node-local checkpoints.
-        config["checkpoint"] = config.get("checkpoint", {})
-        config["checkpoint"]["use_node_local_storage"] = args.save_on_each_node
-    fill(config, mismatches, "fp16.enabled", args.fp16 or args.fp16_full_eval, "fp16|fp16_full_eval")
-    fill(config, mismatches, "bf16.enabled", args.bf16 or args.bf16_full_eval, "bf16|bf16_full_eval")
+    from hf_lightning.deepspeed_config import fill_at_argument_time
+
+    mismatches = fill_at_argument_time(config, args, args.world_size, auto_find_batch_size)
     if "zero_optimization" not in config:
         raise ValueError(
             "deepspeed: please specify the ZeRO optimization config (a `zero_optimization` section, e.g. "
