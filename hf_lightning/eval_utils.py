@@ -22,6 +22,7 @@ __all__ = [
     "EvalLoopContainer",
     "atleast_1d",
     "autocast_forward",
+    "deepspeed_input_dtype",
     "denumpify_detensorize",
     "drop_last_batch_padding",
     "empty_device_cache",
@@ -398,3 +399,19 @@ def is_out_of_memory(error: BaseException) -> bool:
     if isinstance(error, RuntimeError) and len(error.args) == 1:
         return any(statement in error.args[0] for statement in statements)
     return False
+
+
+def deepspeed_input_dtype(args: Any) -> torch.dtype:
+    """The reference's `hf_ds_config.dtype()`: bf16 / fp16 when the argument-time config enables it, else float32.
+
+    Read from `args.hf_deepspeed_config` (the config after the arguments filled its "auto" values, before accelerate
+    adds its own `fp16` / `bf16` sections), which is the config the reference takes its dtype from.
+    """
+    from hf_lightning.deepspeed_config import get_value
+
+    config = getattr(args, "hf_deepspeed_config", None) or {}
+    if get_value(config, "bf16.enabled"):
+        return torch.bfloat16
+    if get_value(config, "fp16.enabled"):
+        return torch.float16
+    return torch.float32

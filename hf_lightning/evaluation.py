@@ -21,6 +21,7 @@ from . import distributed
 from .eval_utils import (
     EvalLoopContainer,
     autocast_forward,
+    deepspeed_input_dtype,
     denumpify_detensorize,
     drop_last_batch_padding,
     empty_device_cache,
@@ -155,6 +156,7 @@ class EvaluationMixin:
         )
 
         self._prepare_distributed_evaluation(dataloader)
+        self._check_deepspeed_evaluation_before_train()
         model = self._prepare_model_for_evaluation()
 
         # Full fp16 / bf16 evaluation outside training casts the model itself (in place, as the reference).
@@ -478,8 +480,41 @@ class EvaluationMixin:
         return model
 
     def _mixed_precision_dtype(self) -> torch.dtype | None:
-        """The autocast dtype of `fp16` / `bf16` mixed precision (the reference autocasts the forward), else None."""
+        """The autocast dtype of `fp16` / `bf16` mixed precision (the reference autocasts the forward), else None.
+
+        None under DeepSpeed: the engine holds the model in its dtype and accelerate does not autocast its forward;
+        `_prepare_input` casts float inputs to that dtype instead, as the reference does.
+        """
+        if getattr(self, "is_deepspeed_enabled", False):
+            return None
         return forward_autocast_dtype(self.args)
+
+    def _check_deepspeed_evaluation_before_train(self) -> None:
+        """evaluate / predict under DeepSpeed before any `train()` built the engine (`self.deepspeed is None`).
+
+        The reference then builds a ZeRO inference engine (`deepspeed_init(inference=True)`), which it refuses below
+        ZeRO-3. hf_lightning builds no inference engine: at ZeRO-3 the plain model gives the engine's results only
+        when the config keeps float32 (the engine would cast the model to bf16 / fp16), so a 16-bit config is refused.
+        """
+        if not getattr(self, "is_deepspeed_enabled", False) or getattr(self, "deepspeed", None) is not None:
+            return
+        from hf_lightning.deepspeed_config import zero_stage
+
+        stage = zero_stage(self.plan.strategy["kwargs"]["config"])
+        if stage != 3:
+            raise ValueError(
+                "ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your config "
+                f"(evaluate() / predict() before train() with deepspeed zero_optimization.stage={stage}: the "
+                "reference refuses it too; call train() first, or evaluate with a ZeRO-3 config or without deepspeed)"
+            )
+        dtype = deepspeed_input_dtype(self.args)
+        if dtype != torch.float32:
+            raise ValueError(
+                f"evaluate() / predict() before train() under DeepSpeed ZeRO-3 with a {dtype} config "
+                f"({'bf16' if dtype == torch.bfloat16 else 'fp16'}.enabled=true): the reference evaluates a "
+                "ZeRO inference engine holding the model in that dtype, which hf_lightning does not build yet. Call "
+                "train() first, evaluate with the 16-bit section disabled, or evaluate without deepspeed."
+            )
 
     def _add_speed_metrics(self, output: EvalLoopOutput, metric_key_prefix: str, start_time: float) -> None:
         """Add runtime and throughput; the model preparation time is not counted as evaluation time."""

@@ -11,6 +11,7 @@ the first window of the resumed epoch, or at its start when nothing is skipped).
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -118,7 +119,13 @@ def prepare_resume(
     weights_files = [name for name in _WEIGHTS_FILES if os.path.isfile(os.path.join(checkpoint, name))]
     # FSDP: the weights and the optimizer load into the wrapped model at train start (fsdp_checkpoint.py).
     fsdp = is_fsdp_plan(getattr(trainer, "plan", None))
-    if not weights_files and not (fsdp and fsdp_checkpoint.fsdp_model_files_present(checkpoint)):
+    # DeepSpeed: the engine loads its own checkpoint (`global_step*`: weights, optimizer, engine scheduler) once it
+    # exists, as the reference's `deepspeed_load_checkpoint`; the weights file is neither needed nor read here.
+    deepspeed = bool(getattr(trainer, "is_deepspeed_enabled", False))
+    if deepspeed:
+        if not glob.glob(os.path.join(checkpoint, "global_step*")):
+            raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
+    elif not weights_files and not (fsdp and fsdp_checkpoint.fsdp_model_files_present(checkpoint)):
         raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
     state_path = os.path.join(checkpoint, TRAINER_STATE_NAME)
     if not os.path.isfile(state_path):
@@ -132,7 +139,7 @@ def prepare_resume(
         files.loaded[name] = files.take(
             name, _optimizer_map_location(args) if name == OPTIMIZER_NAME else "cpu"
         )
-    if not fsdp:
+    if not (fsdp or deepspeed):
         _load_model_weights(trainer, checkpoint, weights_files)
     if args.auto_find_batch_size:
         saved_batch_size = TrainerState.load_from_json(state_path).train_batch_size
@@ -160,12 +167,10 @@ def _barrier() -> None:
 
 
 def _load_model_weights(trainer: HFLightningTrainer, checkpoint: str, present: list[str]) -> None:
-    """The reference's `_load_from_checkpoint` for a single-process / DDP model: non-strict load from CPU."""
-    if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
-        raise ValueError(
-            "Resuming a DeepSpeed or FSDP run is not supported yet by hf_lightning; train without `deepspeed` / "
-            "`fsdp`."
-        )
+    """The reference's `_load_from_checkpoint` for a single-process / DDP model: non-strict load from CPU.
+
+    Not used under FSDP or DeepSpeed, whose strategies load the checkpoint into the wrapped model at train start.
+    """
     logger.info(f"Loading model from {checkpoint}.")
     _warn_on_version_mismatch(checkpoint)
     model = trainer.model

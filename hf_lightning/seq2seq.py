@@ -283,9 +283,19 @@ class HFLightningSeq2SeqTrainer(HFLightningTrainer):
     def _generation_syncs_gpus(self) -> bool:
         """`synced_gpus` for `generate()`: every rank must run each step when the weights are sharded.
 
-        The reference turns it on for DeepSpeed ZeRO-3 and FSDP-managed models; both are sharded strategies here.
+        The reference turns it on for DeepSpeed ZeRO-3 and FSDP-managed models. Only with a process group: a
+        ZeRO-3 evaluation before `train()` runs the plain model in one process, where syncing has no peers.
         """
-        return bool(self.is_fsdp_enabled or self.is_deepspeed_enabled)
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return False
+        return bool(self.is_fsdp_enabled or self._deepspeed_zero_stage() == 3)
+
+    def _deepspeed_zero_stage(self) -> int | None:
+        """The ZeRO stage of this run's DeepSpeed config, None without DeepSpeed."""
+        if not self.is_deepspeed_enabled:
+            return None
+        config = (self.plan.strategy or {}).get("kwargs", {}).get("config", {})
+        return config.get("zero_optimization", {}).get("stage")
 
     def _pad_tensors_to_max_len(self, tensor: torch.Tensor, max_length: int) -> torch.Tensor:
         """Right-pad `tensor` to `max_length` with the pad token id (the processing class's, else the model's)."""

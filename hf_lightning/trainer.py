@@ -33,7 +33,7 @@ from hf_lightning.callbacks.notebook import default_progress_callback
 from hf_lightning.checkpoint import CheckpointMixin
 from hf_lightning.collate import pick_default_collator
 from hf_lightning.device_launch import maybe_launch_over_devices
-from hf_lightning.eval_utils import has_length
+from hf_lightning.eval_utils import deepspeed_input_dtype, has_length
 from hf_lightning.evaluation import EvaluationMixin
 from hf_lightning.hp_search import HyperparameterSearchMixin
 from hf_lightning.loss import (
@@ -111,14 +111,8 @@ class HFLightningTrainer(
         self.is_model_parallel = _is_model_parallel(model)
         self.is_deepspeed_enabled = False
         self.is_fsdp_enabled = False
-        if args.place_model_on_device is not None:
-            self.place_model_on_device = args.place_model_on_device
-        else:
-            self.place_model_on_device = not (
-                self.is_model_parallel or args.fp16_full_eval or args.bf16_full_eval
-            )
-        if self.place_model_on_device:
-            model.to(args.device)
+        # The DeepSpeed engine once `train()` has built it (the reference's `self.deepspeed`); None before.
+        self.deepspeed = None
         self.model_wrapped = model
         self.model = model
 
@@ -148,6 +142,10 @@ class HFLightningTrainer(
 
         # Refusals of unsupported fields surface here, before any training starts.
         self.plan = translate(args)
+        # As the reference at construction (its accelerator state): DeepSpeed is on from here, not only once the
+        # engine exists, so evaluate / predict / resume before `train()` see it.
+        self.is_deepspeed_enabled = _plan_uses_deepspeed(self.plan)
+        self._place_model(model)
 
         hf_callbacks, self.lightning_callbacks = _split_callbacks(callbacks)
         self.callback_handler = CallbackHandler(
@@ -209,6 +207,22 @@ class HFLightningTrainer(
         transformers_logging = _transformers_logging()
         if transformers_logging is not None:
             transformers_logging.set_verbosity(self.args.get_process_log_level())
+
+    def _place_model(self, model: nn.Module) -> None:
+        """The reference's `place_model_on_device`: the argument's value, else not under model parallelism,
+        DeepSpeed (the engine places the model) or full fp16 / bf16 evaluation; then move the model."""
+        args = self.args
+        if args.place_model_on_device is not None:
+            self.place_model_on_device = args.place_model_on_device
+        else:
+            self.place_model_on_device = not (
+                self.is_model_parallel
+                or self.is_deepspeed_enabled
+                or args.fp16_full_eval
+                or args.bf16_full_eval
+            )
+        if self.place_model_on_device:
+            model.to(args.device)
 
     def _build_label_smoother(self) -> LabelSmoother | None:
         if self.args.label_smoothing_factor == 0:
@@ -369,6 +383,9 @@ class HFLightningTrainer(
         if isinstance(data, (tuple, list)):
             return type(data)(self._prepare_input(v) for v in data)
         if isinstance(data, torch.Tensor):
+            if self.is_deepspeed_enabled and (torch.is_floating_point(data) or torch.is_complex(data)):
+                # As the reference: float inputs (audio, pixels) take the engine's dtype; token ids stay integers.
+                return data.to(device=self.args.device, dtype=deepspeed_input_dtype(self.args))
             return data.to(device=self.args.device)
         return data
 
@@ -408,6 +425,10 @@ def _split_callbacks(callbacks: list | None) -> tuple[list, list]:
         else:
             hf_callbacks.append(callback)
     return hf_callbacks, lightning_callbacks
+
+
+def _plan_uses_deepspeed(plan: Any) -> bool:
+    return plan.strategy is not None and plan.strategy["name"] == "deepspeed"
 
 
 def _value(enum_or_str: Any) -> Any:

@@ -154,8 +154,15 @@ def _accelerator(args: Any, env: Environment) -> str:
     return "cpu"
 
 
-def _n_gpu(accelerator: str, env: Environment) -> int:
-    """The reference's `args.n_gpu`, without setting up a device."""
+def _n_gpu(accelerator: str, env: Environment, strategy_name: str = "single", use_cpu: bool = False) -> int:
+    """The reference's `args.n_gpu`, without setting up a device.
+
+    Under DeepSpeed and a launcher (not `use_cpu`), the reference's `_setup_devices` keeps its initial 1 whatever the
+    device, CPU included: accelerate's state is then DEEPSPEED, not the single-process one that counts the visible
+    GPUs. Without a launcher its state is the single-process one, so the rule below applies as without DeepSpeed.
+    """
+    if strategy_name == "deepspeed" and env.is_distributed_launch and not use_cpu:
+        return 1
     if accelerator == "gpu":
         return 1 if env.is_distributed_launch else env.cuda_device_count
     return 1 if accelerator == "mps" else 0
@@ -201,13 +208,14 @@ def translate(args: Any, env: Environment | None = None, *, raise_on_refusal: bo
     """
     env = env if env is not None else Environment.detect()
     accelerator = _accelerator(args, env)
+    strategy_name = select_strategy(args, env)
     ctx = Context(
         args=args,
         env=env,
         features=landed_features(),
         accelerator=accelerator,
-        strategy_name=select_strategy(args, env),
-        n_gpu=_n_gpu(accelerator, env),
+        strategy_name=strategy_name,
+        n_gpu=_n_gpu(accelerator, env, strategy_name, use_cpu=bool(getattr(args, "use_cpu", False))),
     )
     trainer_kwargs = _base_trainer_kwargs()
     module_settings: dict[str, Any] = {}

@@ -122,7 +122,8 @@ def _lift_cuda_guards() -> None:
     HFDeepSpeedStrategy.setup_environment = DDPStrategy.setup_environment
 
 
-def _run(side: str, config: dict, output_dir: Path, resume: str | None = None) -> dict:
+def _build(side: str, config: dict, output_dir: Path, **extra_args) -> object:
+    """The reference's or our trainer on the tiny BERT, with the DeepSpeed `config` (see the module docstring)."""
     import transformers
 
     from hf_lightning import TrainingArguments
@@ -131,12 +132,15 @@ def _run(side: str, config: dict, output_dir: Path, resume: str | None = None) -
     from tests.parity.models import classification_data, make_tiny_bert_classifier
 
     model, data = make_tiny_bert_classifier(), classification_data(12)
-    arguments = {"output_dir": str(output_dir), "deepspeed": config, **RUN_ARGS}
+    arguments = {"output_dir": str(output_dir), "deepspeed": config, **RUN_ARGS, **extra_args}
     if side == "ref":
         args = transformers.TrainingArguments(use_cpu=True, **arguments)
         trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
     else:
-        args = TrainingArguments(**arguments)
+        # bf16 is validated against the machine (CPU here: use_cpu=True), then translated as for a CUDA GPU.
+        bf16 = bool(extra_args.get("bf16"))
+        args = TrainingArguments(**arguments, use_cpu=True) if bf16 else TrainingArguments(**arguments)
+        args.use_cpu = False
         gpu = Environment(
             cuda_available=True, cuda_device_count=1, installed_packages=frozenset({"deepspeed"})
         )
@@ -147,14 +151,80 @@ def _run(side: str, config: dict, output_dir: Path, resume: str | None = None) -
         finally:
             Environment.detect = original_detect
         trainer.plan.trainer_kwargs["accelerator"] = "cpu"
+    return trainer
+
+
+def _construction_flags(trainer) -> dict:
+    return {
+        "is_deepspeed_enabled": trainer.is_deepspeed_enabled,
+        "deepspeed_is_none": trainer.deepspeed is None,
+        "place_model_on_device": trainer.place_model_on_device,
+    }
+
+
+def _eval_metrics(trainer) -> dict:
+    from tests.parity.models import classification_data
+
+    metrics = trainer.evaluate(classification_data(6, seed=1))
+    return {key: value for key, value in metrics.items() if "runtime" not in key and "per_second" not in key}
+
+
+def _run(
+    side: str, config: dict, output_dir: Path, resume: str | None = None, evaluate: bool = False, **extra_args
+) -> dict:
+    trainer = _build(side, config, output_dir, **extra_args)
+    constructed = _construction_flags(trainer)
     trainer.train(resume_from_checkpoint=resume)
     history = [{k: v for k, v in entry.items() if k not in SPEED_KEYS} for entry in trainer.state.log_history]
     return {
+        "constructed": constructed,
         "log_history": history,
         "checkpoints": _listing(output_dir),
         "optimizer": type(trainer.optimizer).__name__,
         "scheduler": type(trainer.lr_scheduler).__name__,
         "engine": type(trainer.model_wrapped).__name__,
+        "eval_metrics": _eval_metrics(trainer) if evaluate else None,
+    }
+
+
+def _evaluate_before_train(side: str, config: dict, output_dir: Path) -> dict:
+    """evaluate() before any train(): the metrics, or the error's type and message."""
+    trainer = _build(side, config, output_dir)
+    try:
+        return {"metrics": _eval_metrics(trainer)}
+    except ValueError as error:
+        return {"error": str(error)}
+
+
+def _main_followups(out_dir: Path, results: dict) -> None:
+    """Resume from the engine's files only, bf16 evaluation after training, evaluation before training."""
+    import copy
+    import shutil
+
+    name = "zero2_trainer_optim"
+    config = {**copy.deepcopy(BASE_CONFIG), **copy.deepcopy(SCENARIOS[name])}
+    engine_only = out_dir / "resumed_engine_only"
+    shutil.copytree(out_dir / name / "ours" / "checkpoint-2", engine_only / "checkpoint-2")
+    (engine_only / "checkpoint-2" / "model.safetensors").unlink()
+    results["resumed_engine_only"] = _run(
+        "ours", config, engine_only, resume=str(engine_only / "checkpoint-2")
+    )
+    results["resumed_engine_only"]["weights_max_abs_diff"] = _max_abs_diff(
+        _weights(engine_only / "checkpoint-4"), _weights(out_dir / name / "ours" / "checkpoint-4")
+    )
+    bf16_config = {**config, "bf16": {"enabled": "auto"}}
+    results["bf16_eval"] = {
+        side: _run(side, bf16_config, out_dir / "bf16" / side, evaluate=True, bf16=True, save_strategy="no")
+        for side in ("ref", "ours")
+    }
+    # Ours first: the reference's ZeRO-3 config, once alive, makes transformers build models under zero.Init.
+    zero3 = {**copy.deepcopy(BASE_CONFIG), **copy.deepcopy(SCENARIOS["zero3_config_optim_sched"])}
+    results["evaluate_before_train"] = {
+        stage: {
+            side: _evaluate_before_train(side, stage_config, out_dir / f"eval_{stage}" / side)
+            for side in ("ours", "ref")
+        }
+        for stage, stage_config in (("zero2", config), ("zero3", zero3))
     }
 
 
@@ -181,6 +251,7 @@ def _main(out_dir: Path) -> None:
     results["resumed"]["weights_max_abs_diff"] = _max_abs_diff(
         _weights(resumed_dir / "checkpoint-4"), _weights(out_dir / name / "ours" / "checkpoint-4")
     )
+    _main_followups(out_dir, results)
     (out_dir / "results.json").write_text(json.dumps(results))
 
 
@@ -310,6 +381,141 @@ def test_views_do_not_step_what_the_engine_steps():
     engine_owned = EngineSchedulerView(torch.optim.lr_scheduler.LambdaLR(inner, lambda step: 0.1))
     engine_owned.step()
     assert engine_owned.get_last_lr() == [0.05] and engine_owned.last_epoch == 0
+
+
+# ---------------------------------------------------------------- DeepSpeed before train(), resume, evaluation
+
+
+@pytest.mark.slow
+def test_deepspeed_is_on_from_construction_as_in_the_reference(deepspeed_runs):
+    for scenario in SCENARIOS:
+        run = deepspeed_runs[scenario]
+        assert run["ours"]["constructed"] == run["ref"]["constructed"], scenario
+        assert run["ours"]["constructed"] == {
+            "is_deepspeed_enabled": True,
+            "deepspeed_is_none": True,
+            "place_model_on_device": False,
+        }
+
+
+@pytest.mark.slow
+def test_resume_from_the_engine_files_alone_continues_the_uninterrupted_run(deepspeed_runs):
+    resumed = deepspeed_runs["resumed_engine_only"]
+    assert (
+        "model.safetensors" not in resumed["checkpoints"]["checkpoint-2"]
+    )  # only the engine's files were there
+    uninterrupted = deepspeed_runs["zero2_trainer_optim"]["ours"]
+    tail = [entry for entry in uninterrupted["log_history"] if entry["step"] > 2]
+    resumed_tail = [entry for entry in resumed["log_history"] if entry["step"] > 2]
+    _assert_same_history(
+        resumed_tail[:-1], tail[:-1]
+    )  # the summary's train_loss covers the resumed part only
+    assert resumed["weights_max_abs_diff"] < 1e-6
+
+
+@pytest.mark.slow
+def test_bf16_evaluation_under_deepspeed_matches_the_reference(deepspeed_runs):
+    # The engine holds the model in bf16 and nothing autocasts its forward: an autocast forward returns float32
+    # outputs and moves this eval_loss by ~4e-3.
+    run = deepspeed_runs["bf16_eval"]
+    _assert_same_history(run["ours"]["log_history"], run["ref"]["log_history"])
+    assert run["ours"]["eval_metrics"] == pytest.approx(run["ref"]["eval_metrics"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_evaluate_before_train_under_deepspeed_follows_the_reference(deepspeed_runs):
+    zero2 = deepspeed_runs["evaluate_before_train"]["zero2"]
+    assert zero2["ours"]["error"].startswith(zero2["ref"]["error"])  # the reference's refusal below ZeRO-3
+    zero3 = deepspeed_runs["evaluate_before_train"][
+        "zero3"
+    ]  # the reference: a float32 ZeRO-3 inference engine
+    ours, reference = zero3["ours"]["metrics"], zero3["ref"]["metrics"]
+    assert list(ours) == list(reference)
+    assert ours["eval_loss"] == pytest.approx(reference["eval_loss"], rel=1e-6)
+
+
+class _RecordingModel(torch.nn.Module):
+    """Records the dtypes its forward receives and whether CPU autocast is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 1)
+        self.seen: list[tuple] = []
+
+    def forward(self, x, ids, labels=None):
+        self.seen.append((x.dtype, ids.dtype, labels.dtype, torch.is_autocast_enabled("cpu")))
+        logits = self.linear(x).squeeze(-1)
+        return {"loss": (logits.float() - labels.float()).pow(2).mean(), "logits": logits}
+
+
+def _recording_trainer(tmp_path, monkeypatch, deepspeed: dict | None):
+    from hf_lightning import TrainingArguments
+    from hf_lightning.trainer import HFLightningTrainer
+    from hf_lightning.translate import Environment
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path), bf16=True, use_cpu=True, deepspeed=deepspeed, report_to="none"
+    )
+    if deepspeed is not None:  # translated as for a CUDA GPU, where DeepSpeed runs
+        args.use_cpu = False
+        gpu = Environment(
+            cuda_available=True, cuda_device_count=1, installed_packages=frozenset({"deepspeed"})
+        )
+        monkeypatch.setattr(Environment, "detect", classmethod(lambda cls: gpu))
+    return HFLightningTrainer(model=_RecordingModel(), args=args)
+
+
+def test_evaluation_under_deepspeed_casts_float_inputs_and_does_not_autocast(tmp_path, monkeypatch):
+    from tests.parity.models import ListDataset
+
+    data = ListDataset([{"x": torch.ones(2), "ids": torch.tensor(3), "labels": torch.tensor(1.0)}] * 2)
+    trainer = _recording_trainer(
+        tmp_path, monkeypatch, {"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}}
+    )
+    assert trainer.is_deepspeed_enabled and trainer.deepspeed is None and not trainer.place_model_on_device
+    # What train() leaves behind: an engine, holding the model in the config's dtype.
+    trainer.deepspeed = object()
+    trainer.model.to(torch.bfloat16)
+    trainer.evaluate(data)
+    # The reference's `_prepare_input`: float tensors (labels too) take the DeepSpeed dtype, integers stay.
+    assert trainer.model.seen == [(torch.bfloat16, torch.int64, torch.bfloat16, False)]
+
+    plain = _recording_trainer(tmp_path / "plain", monkeypatch, None)  # bf16 without DeepSpeed: autocast
+    plain.evaluate(data)
+    assert plain.model.seen == [(torch.float32, torch.int64, torch.float32, True)]
+
+    # Before train() the reference evaluates a ZeRO-3 inference engine in the config's dtype; hf_lightning has none.
+    zero3 = {"zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}}
+    with pytest.raises(
+        ValueError, match="before train\\(\\) under DeepSpeed ZeRO-3 with a torch.bfloat16 config"
+    ):
+        _recording_trainer(tmp_path / "zero3", monkeypatch, zero3).evaluate(data)
+
+
+@pytest.mark.parametrize(
+    ("sections", "bf16", "expected"),
+    [
+        ({"bf16": {"enabled": "auto"}}, True, torch.bfloat16),
+        ({"bf16": {"enabled": "auto"}}, False, torch.float32),
+        ({}, True, torch.float32),  # no section at argument time (accelerate adds one later): float32
+        ({"fp16": {"enabled": True}}, False, torch.float16),
+        ({"fp16": {"enabled": "auto"}, "bf16": {"enabled": True}}, False, torch.bfloat16),
+    ],
+)
+def test_deepspeed_input_dtype_is_the_references(tmp_path, sections, bf16, expected):
+    import transformers
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    from hf_lightning import TrainingArguments
+    from hf_lightning.eval_utils import deepspeed_input_dtype
+
+    config = {"zero_optimization": {"stage": 2}, **sections}
+    reference_config = HfTrainerDeepSpeedConfig(json.loads(json.dumps(config)))
+    reference_config.trainer_config_process(
+        transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, bf16=bf16)
+    )
+    ours = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, bf16=bf16, deepspeed=config)
+    assert deepspeed_input_dtype(ours) == reference_config.dtype() == expected
 
 
 if __name__ == "__main__":

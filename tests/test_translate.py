@@ -254,6 +254,29 @@ def test_deepspeed_without_cuda_is_refused(make_args):
     assert "deepspeed" in message and "CUDA" in message
 
 
+def test_n_gpu_under_deepspeed_follows_the_references_launch_rule(make_args, tmp_path):
+    from hf_lightning.translate import _accelerator, _n_gpu
+
+    # Without a launcher the reference's state is the single-process one: it counts this machine's GPUs.
+    reference = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "ref"), deepspeed={"zero_optimization": {"stage": 2}}
+    )
+    here = Environment.detect()
+    assert _n_gpu(_accelerator(reference, here), here, "deepspeed") == reference.n_gpu
+    # Under a launcher its DeepSpeed state keeps n_gpu=1 on any device, a CPU included (0 with use_cpu).
+    launched_cpu = Environment(world_size=1, is_distributed_launch=True)
+    assert _n_gpu("cpu", launched_cpu, "deepspeed") == 1
+    assert (
+        _n_gpu("cpu", launched_cpu, "single") == _n_gpu("cpu", launched_cpu, "deepspeed", use_cpu=True) == 0
+    )
+    # Unlaunched with two GPUs the reference would wrap the model in nn.DataParallel: refused, naming n_gpu.
+    two_gpus = Environment(
+        cuda_available=True, cuda_device_count=2, installed_packages=frozenset({"deepspeed"})
+    )
+    args = override(make_args(), use_cpu=False, deepspeed={"zero_optimization": {"stage": 2}})
+    assert "n_gpu=2" in refusal(args, two_gpus)
+
+
 def test_fsdp_on_cpu_runs_under_a_launch(make_args):
     # torch runs FSDP on CPU with gloo (hf_lightning/fsdp.py); the reference falls back to DDP there.
     plan = translate(override(make_args(), fsdp=True), DDP_2)
