@@ -40,6 +40,7 @@ from hf_lightning.deepspeed_config import (
     config_owns_scheduler,
     finalize_deepspeed_config,
 )
+from hf_lightning.deepspeed_safe_load import verify_engine_checkpoint
 
 if TYPE_CHECKING:
     from hf_lightning.translate import Plan
@@ -460,6 +461,7 @@ def load_engine_checkpoint(engine: Any, checkpoint: str, load_module_strict: boo
     """The reference's `deepspeed_load_checkpoint`: weights, optimizer and engine scheduler from `global_step*`."""
     if not sorted(glob.glob(os.path.join(checkpoint, "global_step*"))):
         raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
+    verify_engine_checkpoint(checkpoint)  # the engine unpickles without weights_only: refuse what could run code
     logger.info(f"Attempting to resume from {checkpoint}")
     load_path, _ = engine.load_checkpoint(
         checkpoint,
