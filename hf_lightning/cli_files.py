@@ -33,6 +33,9 @@ def resolve_checkpoint(ckpt_path: str, output_dir: str) -> str:
             return last
         with open(os.path.join(last, "trainer_state.json"), encoding="utf-8") as file:
             best = json.load(file).get("best_model_checkpoint")
+        if best and not os.path.isdir(best):
+            # Recorded relative to where fit ran: look for the same folder name in this output_dir.
+            best = os.path.join(output_dir, os.path.basename(os.path.normpath(best)))
         if not best or not os.path.isdir(best):
             raise ValueError(
                 f"ckpt_path='best': {last} records no best checkpoint ({best!r}); fit with metric_for_best_model "

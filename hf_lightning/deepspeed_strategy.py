@@ -378,12 +378,16 @@ def _offload_ready_optimizer(optimizer: torch.optim.Optimizer, config: dict[str,
     if device == "none" or not config.get("zero_force_ds_cpu_optimizer", True):
         return optimizer
     defaults = {k: v for k, v in optimizer.defaults.items() if k in ("lr", "weight_decay")}
-    defaults["adamw_mode"] = isinstance(optimizer, torch.optim.AdamW)
     if isinstance(optimizer, torch.optim.Adagrad):
-        from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad as optimizer_class
-    else:
-        from deepspeed.ops.adam import DeepSpeedCPUAdam as optimizer_class
-    return optimizer_class(optimizer.param_groups, **defaults)
+        # accelerate also passes `adamw_mode`, which DeepSpeedCPUAdagrad does not take (a TypeError there).
+        from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
+
+        return DeepSpeedCPUAdagrad(optimizer.param_groups, **defaults)
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    return DeepSpeedCPUAdam(
+        optimizer.param_groups, adamw_mode=isinstance(optimizer, torch.optim.AdamW), **defaults
+    )
 
 
 def build_deepspeed_strategy(
@@ -461,7 +465,9 @@ def load_engine_checkpoint(engine: Any, checkpoint: str, load_module_strict: boo
     """The reference's `deepspeed_load_checkpoint`: weights, optimizer and engine scheduler from `global_step*`."""
     if not sorted(glob.glob(os.path.join(checkpoint, "global_step*"))):
         raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
-    verify_engine_checkpoint(checkpoint)  # the engine unpickles without weights_only: refuse what could run code
+    verify_engine_checkpoint(
+        checkpoint
+    )  # the engine unpickles without weights_only: refuse what could run code
     logger.info(f"Attempting to resume from {checkpoint}")
     load_path, _ = engine.load_checkpoint(
         checkpoint,

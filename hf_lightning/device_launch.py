@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import subprocess
+import sys
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -87,8 +88,23 @@ def launch_over_devices(num_processes: int) -> list[subprocess.Popen]:
     os.environ.update({"RANK": "0", "LOCAL_RANK": "0"})
     logger.info("Launched %d processes, one per device (this one is rank 0)", num_processes)
     _launch_process_observer(children)
+    _stop_children_on_uncaught_error(children)
     atexit.register(_wait_for, children)
     return children
+
+
+def _stop_children_on_uncaught_error(children: list[subprocess.Popen]) -> None:
+    """Lightning's observer watches the other ranks only: if rank 0 dies of an error, they would wait in a
+    collective until `ddp_timeout`; stop them so the command fails now."""
+    previous_hook = sys.excepthook
+
+    def hook(kind, value, traceback) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+        previous_hook(kind, value, traceback)
+
+    sys.excepthook = hook
 
 
 def _wait_for(children: list[subprocess.Popen]) -> None:

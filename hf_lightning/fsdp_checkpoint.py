@@ -48,6 +48,25 @@ def _is_full(trainer: Any) -> bool:
     return trainer.plan.strategy["details"]["plugin_args"]["state_dict_type"] == "FULL_STATE_DICT"
 
 
+def required_model_files(trainer: Any) -> str:
+    """The FSDP weights a resume of this run reads: `pytorch_model_fsdp.bin` (full) or `pytorch_model_fsdp_0/`."""
+    return f"{FSDP_MODEL_NAME}.bin" if _is_full(trainer) else f"{FSDP_MODEL_NAME}_0"
+
+
+def check_resumable(trainer: Any, checkpoint: str) -> None:
+    """Before training starts: refuse a checkpoint without the FSDP weights this run's `state_dict_type` loads
+    (a plain `model.safetensors`, or the other layout), instead of failing after the model is wrapped."""
+    needed = required_model_files(trainer)
+    if not os.path.exists(os.path.join(checkpoint, needed)):
+        layout = trainer.plan.strategy["details"]["plugin_args"]["state_dict_type"]
+        raise ValueError(
+            f"{checkpoint} has no {needed}, the FSDP weights this run resumes from "
+            f"(fsdp_config['state_dict_type']={layout!r}); resume from a checkpoint of an FSDP run with the same "
+            "state_dict_type, or load the weights into the model before training and start without "
+            "resume_from_checkpoint"
+        )
+
+
 def _multi_process(trainer: Any) -> bool:
     # accelerate offloads a full state dict to the CPU, on rank 0 only, when there is more than one process.
     return trainer.args.world_size > 1

@@ -10,6 +10,7 @@ fields with a ``FutureWarning`` (``hf_lightning.hf_argparser_v4``). transformers
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -254,8 +255,11 @@ class HfArgumentParser(ArgumentParser):
         type_hints = _type_hints(dtype)
         for field in dataclasses.fields(dtype):
             if field.init:
-                # Unlike the reference, the class's Field objects are left untouched (no `field.type = ...`).
-                _add_field_argument(parser, field, type_hints[field.name])
+                # Through the overridable hook, as the reference; on a copy, so the class's Field objects are
+                # left untouched (the reference assigns `field.type` on the class's own Field).
+                resolved = copy.copy(field)
+                resolved.type = type_hints[field.name]
+                self._parse_dataclass_field(parser, resolved)
         if _takes_v4_aliases(dtype):
             add_v4_alias_arguments(
                 self, lambda group, f, tp: _add_field_argument(group, f, tp, hide_default=True)

@@ -260,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     except SystemExit as exit_:  # --help and --print_config exit after printing
-        return exit_.code if isinstance(exit_.code, int) else 0
+        if exit_.code is None or isinstance(exit_.code, int):
+            return exit_.code or 0
+        print(exit_.code, file=sys.stderr)  # sys.exit("message"): an error
+        return 1
     return 0
 
 
@@ -391,7 +394,7 @@ def _save_plot(trainer: Any) -> str | None:
         from hf_lightning.plotting import save_training_plot
 
         path = save_training_plot(trainer.state.log_history, trainer.args.output_dir)
-    except ImportError as error:
+    except (ImportError, ValueError) as error:  # no matplotlib, or nothing was logged that can be plotted
         print(f"hf-lightning fit: warning: no training plot ({error})", file=sys.stderr, flush=True)
         return None
     print(f"hf-lightning fit: training plot {path}", flush=True)

@@ -127,6 +127,8 @@ def prepare_resume(
             raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
     elif not weights_files and not (fsdp and fsdp_checkpoint.fsdp_model_files_present(checkpoint)):
         raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
+    if fsdp:
+        fsdp_checkpoint.check_resumable(trainer, checkpoint)
     state_path = os.path.join(checkpoint, TRAINER_STATE_NAME)
     if not os.path.isfile(state_path):
         raise ValueError(

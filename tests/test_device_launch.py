@@ -96,3 +96,22 @@ def test_self_launched_ranks_train_as_a_torchrun_launch(tmp_path):
     assert [e["step"] for e in ours] == [e["step"] for e in launched] == [1, 2, 3, 4, 4]
     for entry, reference in zip(ours[:-1], launched[:-1]):
         assert entry["loss"] == pytest.approx(reference["loss"], rel=1e-6)
+
+
+def test_an_error_in_rank_zero_stops_the_other_ranks(tmp_path):
+    """Rank 0 fails after the launch: the other rank, waiting for it, is stopped and the command fails fast."""
+    script = tmp_path / "fails.py"
+    script.write_text(
+        "import os, sys, time\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from hf_lightning.device_launch import launch_over_devices\n"
+        "launch_over_devices(2)\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    raise RuntimeError('rank 0 failed')\n"
+        "time.sleep(120)  # rank 1: stands for a collective that would wait for rank 0\n"
+    )
+    clean_env = {k: v for k, v in __import__("os").environ.items() if k not in _LAUNCHER_VARIABLES}
+    completed = subprocess.run(
+        [sys.executable, str(script)], env=clean_env, capture_output=True, text=True, timeout=60
+    )
+    assert completed.returncode != 0 and "rank 0 failed" in completed.stderr

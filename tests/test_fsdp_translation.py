@@ -432,3 +432,30 @@ def test_an_optimizer_passed_by_the_user_is_refused(tmp_path, version):
             strategy._setup_model(module)
         else:
             strategy.shard_user_model(module)
+
+
+@pytest.mark.parametrize(
+    ("state_dict_type", "needed"),
+    [("FULL_STATE_DICT", "pytorch_model_fsdp.bin"), ("SHARDED_STATE_DICT", "pytorch_model_fsdp_0")],
+)
+def test_resume_needs_the_fsdp_weights_of_the_runs_layout(tmp_path, state_dict_type, needed):
+    """Checked before training starts: a plain model.safetensors (or the other layout) is refused by name."""
+    from types import SimpleNamespace
+
+    from hf_lightning.fsdp_checkpoint import check_resumable
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        report_to="none",
+        fsdp=True,
+        fsdp_config={"state_dict_type": state_dict_type},
+    )
+    trainer = SimpleNamespace(plan=translate(args, CPU_2))
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    (checkpoint / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match=needed):
+        check_resumable(trainer, str(checkpoint))
+    (checkpoint / needed).mkdir() if needed.endswith("_0") else (checkpoint / needed).write_bytes(b"")
+    check_resumable(trainer, str(checkpoint))

@@ -520,3 +520,26 @@ def test_v4_flags_only_where_the_constructor_folds_them() -> None:
             ["--no_cuda"], look_for_args_file=False
         )
     assert renamed.use_cpu is True
+
+
+def test_a_subclass_overriding_the_field_hook_is_used():
+    """`_parse_dataclass_field` is the reference's per-field hook: a subclass that overrides it sees every field."""
+    from dataclasses import dataclass
+
+    from hf_lightning.hf_argparser import HfArgumentParser as Ours
+
+    seen = []
+
+    class Recording(Ours):
+        @staticmethod
+        def _parse_dataclass_field(parser, field):
+            seen.append((field.name, field.type))
+            Ours._parse_dataclass_field(parser, field)
+
+    @dataclass
+    class Options:
+        depth: int = 2
+        name: str = "x"
+
+    (options,) = Recording(Options).parse_args_into_dataclasses(["--depth", "3"])
+    assert seen == [("depth", int), ("name", str)] and options.depth == 3

@@ -360,3 +360,19 @@ def test_console_entry_point_runs_a_config_without_transformers(tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "***** eval metrics *****" in completed.stdout
     assert "eval_accuracy" in json.loads((tmp_path / "run" / "eval_results.json").read_text())
+
+
+def test_fit_without_anything_to_plot_warns_instead_of_failing(tmp_path, capsys):
+    """A run that logged nothing plottable (logging off, no evaluation) still ends cleanly, with a warning."""
+    from types import SimpleNamespace
+
+    from hf_lightning.lightning_cli import _save_plot
+
+    trainer = SimpleNamespace(
+        is_world_process_zero=lambda: True,
+        state=SimpleNamespace(log_history=[{"train_runtime": 1.0, "step": 3}]),
+        args=SimpleNamespace(output_dir=str(tmp_path)),
+    )
+    assert _save_plot(trainer) is None
+    assert "warning: no training plot" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
