@@ -135,4 +135,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests.distributed.teardown import destroy_process_group
+
     main()
+    destroy_process_group()
