@@ -265,11 +265,10 @@ class CallbackHandler(TrainerCallback):
         self, event: str, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> Any:
         """Call `event` on every callback in order; a non-None return replaces `control` from then on."""
+        no_ops = _base_no_ops("transformers.trainer_callback" in sys.modules)
         for callback in self.callbacks:
             handler = getattr(callback, event, None)
-            if handler is None or getattr(handler, "__func__", None) in _base_no_ops(
-                "transformers.trainer_callback" in sys.modules
-            ):
+            if handler is None or getattr(handler, "__func__", None) in no_ops:
                 # A duck-typed callback without this event, or the base class's empty method (returns None):
                 # skipping it changes nothing and saves a call with ten arguments per event.
                 continue
