@@ -136,7 +136,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from tests.distributed.teardown import destroy_process_group
+    from tests.distributed.teardown import end_worker
 
     main()
-    destroy_process_group()
+    end_worker()

@@ -519,4 +519,7 @@ def test_deepspeed_input_dtype_is_the_references(tmp_path, sections, bf16, expec
 
 
 if __name__ == "__main__":
+    from tests.distributed.teardown import end_worker
+
     _main(Path(sys.argv[1]))
+    end_worker()

@@ -42,7 +42,7 @@ def main(out_dir: str, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    from tests.distributed.teardown import destroy_process_group
+    from tests.distributed.teardown import end_worker
 
     main(sys.argv[1], sys.argv[2])
-    destroy_process_group()
+    end_worker()
