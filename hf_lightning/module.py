@@ -22,6 +22,7 @@ from hf_lightning import resume, schedule
 from hf_lightning.fsdp import gradient_sync_disabled
 from hf_lightning.loss import UnusedItemCountProbe
 from hf_lightning.precision import forward_autocast
+from hf_lightning.update_dispatch import UpdateDispatch
 
 if TYPE_CHECKING:
     from hf_lightning.trainer import HFLightningTrainer
@@ -77,6 +78,7 @@ class HFLightningModule(pl.LightningModule):
         self._micro_batch_index = -1
         self._item_count_probe = UnusedItemCountProbe()
         self._plain_transfer: bool | None = None  # decided once the Lightning trainer is attached
+        self._update_dispatch = UpdateDispatch()
         # Whether this micro-batch closes the window (accelerate's `sync_gradients`; DeepSpeed reads it).
         self.sync_gradients = True
 
@@ -106,6 +108,9 @@ class HFLightningModule(pl.LightningModule):
         facade.create_scheduler(num_training_steps=facade.state.max_steps)
         # The scheduler is stepped by us after each update, never by Lightning.
         return facade.optimizer
+
+    def on_train_start(self) -> None:
+        self._update_dispatch.reset()  # this fit's callbacks, strategy and profiler decide it
 
     # ---- epochs -----------------------------------------------------------------------------
     def on_train_epoch_start(self) -> None:
@@ -197,7 +202,7 @@ class HFLightningModule(pl.LightningModule):
         grad_norm = facade._clip_grad_norm(facade.model_wrapped)
         facade._fire("on_pre_optimizer_step")
         scale_before = self._grad_scale()
-        optimizer.step()
+        self._update_dispatch.optimizer_step(self, optimizer)
         facade._fire("on_optimizer_step")
         learning_rate = facade._get_learning_rate()
         step_was_skipped = scale_before is not None and self._grad_scale() < scale_before
@@ -220,5 +225,6 @@ class HFLightningModule(pl.LightningModule):
         return None if scaler is None else float(scaler.get_scale())
 
     def backward_loss(self, loss: torch.Tensor) -> None:
-        """Backward through Lightning, so precision plugins and strategies see it."""
-        self.manual_backward(loss)
+        """Backward through Lightning, so precision plugins, strategies and hooks see it (direct when those
+        would do nothing: hf_lightning/update_dispatch.py)."""
+        self._update_dispatch.backward(self, loss)
