@@ -39,6 +39,22 @@ def _int_env(name: str, default: int) -> int:
     return int(value) if value.strip().lstrip("-").isdigit() else default
 
 
+def reference_n_gpu(
+    device_type: str, distributed: bool, cuda_device_count: int, deepspeed_launch: bool
+) -> int:
+    """The reference's `args.n_gpu`: 1 under DeepSpeed and a launcher on any device, a CPU included (its
+    DeepSpeed state keeps the initial 1); else 0 on CPU, every visible GPU on one unlaunched CUDA process
+    (the reference's DataParallel case) and 1 otherwise. The one rule behind `TrainingArguments.n_gpu` and
+    the translation's view of the machine."""
+    if deepspeed_launch:
+        return 1
+    if device_type == "cpu":
+        return 0
+    if device_type == "cuda" and not distributed:
+        return cuda_device_count
+    return 1
+
+
 def _launched() -> bool:
     """Whether a launcher (torchrun, Lightning, mpirun via WORLD_SIZE) started this process."""
     return _int_env("LOCAL_RANK", -1) != -1 or _int_env("WORLD_SIZE", 1) > 1
@@ -114,15 +130,16 @@ class TrainingArgumentsProcess:
 
     @property
     def n_gpu(self) -> int:
-        """GPUs used by this process: 0 on CPU, 1 under a launcher, all visible CUDA devices otherwise."""
+        """GPUs used by this process (`reference_n_gpu`)."""
         import torch
 
-        device = self.device
-        if device.type == "cpu":
-            return 0
-        if device.type == "cuda" and not self._is_distributed():
-            return torch.cuda.device_count()
-        return 1
+        device_type = self.device.type
+        return reference_n_gpu(
+            device_type,
+            distributed=self._is_distributed(),
+            cuda_device_count=torch.cuda.device_count() if device_type == "cuda" else 0,
+            deepspeed_launch=bool(getattr(self, "deepspeed", None)) and _launched() and not self.use_cpu,
+        )
 
     def _is_distributed(self) -> bool:
         return _launched() or (_dist_initialized() and self.world_size > 1)

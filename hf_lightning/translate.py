@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hf_lightning.args_process import reference_n_gpu
 from hf_lightning.field_registry import FIELD_REGISTRY
 from hf_lightning.loggers import LOGGER_ENV_VARS, installed_logger_backends
 from hf_lightning.registry.core import (
@@ -155,17 +156,15 @@ def _accelerator(args: Any, env: Environment) -> str:
 
 
 def _n_gpu(accelerator: str, env: Environment, strategy_name: str = "single", use_cpu: bool = False) -> int:
-    """The reference's `args.n_gpu`, without setting up a device.
-
-    Under DeepSpeed and a launcher (not `use_cpu`), the reference's `_setup_devices` keeps its initial 1 whatever the
-    device, CPU included: accelerate's state is then DEEPSPEED, not the single-process one that counts the visible
-    GPUs. Without a launcher its state is the single-process one, so the rule below applies as without DeepSpeed.
-    """
-    if strategy_name == "deepspeed" and env.is_distributed_launch and not use_cpu:
-        return 1
-    if accelerator == "gpu":
-        return 1 if env.is_distributed_launch else env.cuda_device_count
-    return 1 if accelerator == "mps" else 0
+    """The reference's `args.n_gpu` (`args_process.reference_n_gpu`) for the accelerator chosen, without setting
+    up a device. Under DeepSpeed without a launcher the reference's state is the single-process one, so the
+    plain rule applies."""
+    return reference_n_gpu(
+        {"gpu": "cuda"}.get(accelerator, accelerator),
+        distributed=env.is_distributed_launch,
+        cuda_device_count=env.cuda_device_count,
+        deepspeed_launch=strategy_name == "deepspeed" and env.is_distributed_launch and not use_cpu,
+    )
 
 
 def _field_names(args: Any) -> list[str]:

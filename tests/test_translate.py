@@ -277,6 +277,25 @@ def test_n_gpu_under_deepspeed_follows_the_references_launch_rule(make_args, tmp
     assert "n_gpu=2" in refusal(args, two_gpus)
 
 
+def test_arguments_and_translation_count_gpus_by_one_rule(tmp_path, monkeypatch):
+    """`TrainingArguments.n_gpu` and the translation share `reference_n_gpu`, DeepSpeed's launch rule included."""
+    from hf_lightning import TrainingArguments
+    from hf_lightning.translate import _n_gpu
+
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    launched_cpu = Environment(world_size=1, is_distributed_launch=True)
+    deepspeed = {"zero_optimization": {"stage": 2}}
+    for use_cpu, expected in ((False, 1), (True, 0)):
+        args = TrainingArguments(
+            output_dir=str(tmp_path), deepspeed=deepspeed, use_cpu=use_cpu, report_to="none"
+        )
+        assert args.device.type == "cpu"
+        assert args.n_gpu == _n_gpu("cpu", launched_cpu, "deepspeed", use_cpu=use_cpu) == expected
+    plain = TrainingArguments(output_dir=str(tmp_path), report_to="none")
+    assert plain.n_gpu == _n_gpu("cpu", launched_cpu, "single") == 0
+
+
 def test_fsdp_on_cpu_runs_under_a_launch(make_args):
     # torch runs FSDP on CPU with gloo (hf_lightning/fsdp.py); the reference falls back to DDP there.
     plan = translate(override(make_args(), fsdp=True), DDP_2)
