@@ -113,7 +113,8 @@ def describe(result: dict[str, Any]) -> str:
         resume = result.get("resume_load_s")
         resume_text = f"{resume:.3f}s" if resume is not None else result.get("resume_error", "-")[:60]
         return (
-            f"{head} save {result['save_s']:.3f}s (fsync {result['fsync_s']:.3f}s)  resume-load {resume_text}"
+            f"{head} first save {result['first_save_s']:.3f}s  save {result['save_s']:.3f}s "
+            f"(fsync {result['fsync_s']:.3f}s)  resume-load {resume_text}"
         )
     return (
         f"{head} {result['ms_per_step']:.3f} ms/step (cpu {result['cpu_ms_per_step']:.3f})  "

@@ -282,7 +282,8 @@ def build_workload(name: str, scale: str, steps: int | None = None) -> Workload:
             build_dataset=_regression_dataset,
         )
     if name in ("cls", "eval", "ckpt"):
-        steps = settings["cls_steps"] if name == "cls" else 2
+        # ckpt saves at steps 2 and 4: the first save of a process, then a warm one.
+        steps = settings["cls_steps"] if name == "cls" else 4 if name == "ckpt" else 2
         batch = 16
         return Workload(
             name=name,

@@ -62,6 +62,10 @@ def test_smoke_report_has_targets_ratios_and_imports(smoke_report):
     ckpt = {r["runner"]: r for r in smoke_report["results"] if r["workload"] == "ckpt"}
     assert ckpt["hf_lightning"]["fsync_calls"] > 0  # our atomic save fsyncs; the timer saw it
     assert ckpt["transformers"]["save_s"] > 0 and ckpt["bare"]["resume_load_s"] > 0
+    for runner in ("bare", "transformers", "hf_lightning"):  # a first and a warm save, fsyncs set apart
+        first, warm = ckpt[runner]["first_save_s"], ckpt[runner]["save_s"]
+        assert first > 0 and warm > 0
+        assert ckpt[runner]["save_without_fsync_s"] == pytest.approx(warm - ckpt[runner]["fsync_s"])
     statements = {row["statement"]: row for row in smoke_report["imports"]["statements"]}
     assert statements["import hf_lightning"]["imports_transformers"] is False
     assert "hf_lightning" in report.markdown_tables(smoke_report)
