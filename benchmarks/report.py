@@ -212,7 +212,9 @@ def markdown_tables(report: dict[str, Any]) -> str:
     summary, ratios = report["summary"], report["ratios"]
     for workload, runners in summary.items():
         metrics = metrics_for(workload)
-        lines.append(f"**{workload}** — median (min-max) over {report['repeats']} repeat(s)\n")
+        repeats = report["repeats"]
+        count = repeats.get(workload) if isinstance(repeats, dict) else repeats
+        lines.append(f"**{workload}** — median (min-max) over {count} repeat(s)\n")
         lines.append("| runner | " + " | ".join(metrics) + " |")
         lines.append("|---" * (len(metrics) + 1) + "|")
         for runner, values in sorted(runners.items()):
@@ -267,7 +269,7 @@ def markdown_tables(report: dict[str, Any]) -> str:
 
 
 def build_report(
-    results: list[dict[str, Any]], repeats: int, imports: dict[str, Any] | None
+    results: list[dict[str, Any]], repeats: int | dict[str, int], imports: dict[str, Any] | None
 ) -> dict[str, Any]:
     """Everything run.py prints and writes to results/latest.json."""
     return {

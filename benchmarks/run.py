@@ -47,14 +47,26 @@ README = REPO / "benchmarks" / "README.md"
 TABLE_START, TABLE_END = "<!-- results:start -->", "<!-- results:end -->"
 
 
-def plan_jobs(workloads: Iterable[str], scale: str, repeats: int) -> list[dict[str, Any]]:
-    """All jobs in run order: per workload, the runners interleaved across repeats."""
-    return [
-        {"workload": workload, "runner": runner, "scale": scale, "repeat": repeat}
-        for workload in workloads
-        for repeat in range(repeats)
-        for runner in RUNNERS[workload]
-    ]
+def workload_repeats(workload: str, scale: str, override: int | None = None) -> int:
+    """Repeats of `workload`: `--repeats`, else the scale's `<workload>_repeats`, else its `repeats`."""
+    settings = SCALES[scale]
+    return override or settings.get(f"{workload}_repeats", settings["repeats"])
+
+
+def plan_jobs(workloads: Iterable[str], scale: str, repeats: int | None = None) -> list[dict[str, Any]]:
+    """All jobs in run order: per workload, the runners interleaved across repeats.
+
+    The runner order rotates by one each repeat, so with two cores no runner always shares the machine
+    with the same neighbour (the ratios of one repeat come from runs close in time either way).
+    """
+    jobs = []
+    for workload in workloads:
+        runners = list(RUNNERS[workload])
+        for repeat in range(workload_repeats(workload, scale, repeats)):
+            shift = repeat % len(runners)
+            for runner in runners[shift:] + runners[:shift]:
+                jobs.append({"workload": workload, "runner": runner, "scale": scale, "repeat": repeat})
+    return jobs
 
 
 # Smoke runs group runners that import the same frameworks into one process each, to pay imports once.
@@ -123,15 +135,21 @@ def describe(result: dict[str, Any]) -> str:
     )
 
 
+def _repeats_text(repeats: int | dict[str, int]) -> str:
+    if isinstance(repeats, int):
+        return f"{repeats} repeat(s)"
+    return "repeats " + ", ".join(f"{workload} {count}" for workload, count in repeats.items())
+
+
 def run_suite(options: argparse.Namespace) -> dict[str, Any]:
     scale = "smoke" if options.smoke else "quick" if options.quick else "full"
-    repeats = options.repeats or SCALES[scale]["repeats"]
     workloads = options.workloads.split(",") if options.workloads else list(ALL_WORKLOADS)
     unknown = sorted(set(workloads) - set(ALL_WORKLOADS))
     if unknown:
         raise SystemExit(f"--workloads: unknown {unknown}; choose from {', '.join(ALL_WORKLOADS)}")
+    repeats = {workload: workload_repeats(workload, scale, options.repeats) for workload in workloads}
     cpus = options.cpus.split(",") if options.cpus else [None]
-    jobs = plan_jobs(workloads, scale, repeats)
+    jobs = plan_jobs(workloads, scale, options.repeats)
     groups = group_jobs(jobs, smoke=options.smoke)
     scratch_root = REPO / "benchmarks" / ".scratch"
     scratch_root.mkdir(exist_ok=True)
@@ -241,7 +259,7 @@ def publish(report: dict[str, Any], out: Path, readme: bool) -> int:
     print(f"wrote {out} ({report['elapsed_s']:.0f} s)")
     if readme:
         header = (
-            f"Measured {report['date']}, scale `{report['scale']}`, {report['repeats']} repeat(s), "
+            f"Measured {report['date']}, scale `{report['scale']}`, {_repeats_text(report['repeats'])}, "
             f"cores `{report['cpus']}`, {report['threads']} thread(s); {report['elapsed_s']:.0f} s in all."
         )
         update_readme(markdown, header)

@@ -73,7 +73,12 @@ def test_smoke_report_has_targets_ratios_and_imports(smoke_report):
 
 def test_jobs_are_interleaved_across_repeats():
     jobs = plan_jobs(["tiny"], "quick", repeats=2)
-    assert [(j["repeat"], j["runner"]) for j in jobs] == [(r, n) for r in (0, 1) for n in RUNNERS["tiny"]]
+    runners = list(RUNNERS["tiny"])
+    # Interleaved by repeat, the order rotated by one each repeat.
+    assert [(j["repeat"], j["runner"]) for j in jobs] == [(0, n) for n in runners] + [
+        (1, n) for n in runners[1:] + runners[:1]
+    ]
+    assert len(plan_jobs(["tiny", "cls"], "full")) == 6 * len(RUNNERS["tiny"]) + 3 * len(RUNNERS["cls"])
     assert all(len(group) == 1 for group in group_jobs(jobs, smoke=False))
     assert sum(len(group) for group in group_jobs(jobs, smoke=True)) == len(jobs)
 
