@@ -2,7 +2,8 @@
 callback for that backend (transformers' `integrations/integration_utils.py`):
 
 - TensorBoard, CSV (ours), Comet and any other logger: numbers with the `train/`, `eval/`, `test/`
-  key rewrite (`loggers.rewrite_logs`) at `global_step`; TensorBoard also gets strings as text.
+  key rewrite (`loggers.rewrite_logs`) at `global_step`; TensorBoard also gets strings as text, and the
+  arguments and model config as text at train begin (`send_run_texts`).
 - MLflow: the keys as logged, without a prefix (the reference's `MLflowCallback` does not rewrite),
   characters MLflow refuses replaced by `_`, at `global_step`.
 - W&B: `train_runtime`, `train_samples_per_second`, `train_steps_per_second`, `train_loss` and
@@ -75,6 +76,19 @@ def send_to_logger(pl_logger: Any, logs: Mapping[str, Any], step: int) -> None:
             texts = rewrite_logs({key: value for key, value in logs.items() if isinstance(value, str)})
             for key, value in texts.items():
                 pl_logger.experiment.add_text(key, value, step)
+
+
+def send_run_texts(pl_logger: Any, args: Any, model: Any) -> None:
+    """At train begin, the texts the reference's `TensorBoardCallback` writes: `args` (the arguments as JSON,
+    tokens redacted by `to_json_string`) and `model_config` when the model has a config. TensorBoard only."""
+    from lightning.pytorch import loggers as pl_loggers
+
+    if not isinstance(pl_logger, pl_loggers.TensorBoardLogger):
+        return
+    pl_logger.experiment.add_text("args", args.to_json_string())
+    config = getattr(model, "config", None)
+    if config is not None and callable(getattr(config, "to_json_string", None)):
+        pl_logger.experiment.add_text("model_config", config.to_json_string())
 
 
 def isolated_mlflow_logger_class() -> type:

@@ -18,6 +18,7 @@ import torch
 
 from hf_lightning import resume, schedule
 from hf_lightning.lightning_bridge import build_lightning_trainer
+from hf_lightning.logger_adapters import send_run_texts
 from hf_lightning.module import HFLightningModule
 from hf_lightning.outputs import TrainOutput
 from hf_lightning.seeding import seed_from_args
@@ -249,6 +250,7 @@ class _TrainBeginBridge(pl.Callback):
         for logger in lightning_trainer.loggers:
             # Redacted: `to_sanitized_dict` replaces every *_token value by a placeholder.
             logger.log_hyperparams(facade.args.to_sanitized_dict())
+            send_run_texts(logger, facade.args, facade.model)
         facade._fire("on_train_begin")
         if facade.args.eval_on_start:
             facade._evaluate(facade._trial, facade._ignore_keys_for_eval, skip_scheduler=True)

@@ -171,6 +171,49 @@ def test_tensorboard_writes_strings_as_text(tmp_path):
     assert text.step == 3 and text.tensor_proto.string_val == [b"fine"]
 
 
+def test_tensorboard_gets_the_arguments_and_model_config_as_text(tmp_path):
+    """The reference's TensorBoardCallback writes `args` (tokens redacted) and `model_config` at train begin:
+    the same texts from both trainers on the same model and arguments."""
+    import transformers
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from tests.parity.models import classification_data
+
+    def texts(side: str, trainer_class: type, args_class: type) -> dict[str, dict]:
+        config = BertConfig(
+            vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+        )
+        args = args_class(
+            output_dir=str(tmp_path / side),
+            use_cpu=True,
+            max_steps=1,
+            save_strategy="no",
+            report_to=["tensorboard"],
+            disable_tqdm=True,
+            hub_token=SECRET,
+        )
+        model = BertForSequenceClassification(config)
+        trainer_class(model=model, args=args, train_dataset=classification_data(4)).train()
+        (run_dir,) = glob.glob(str(tmp_path / side / "runs" / "*"))
+        accumulator = EventAccumulator(run_dir)
+        accumulator.Reload()
+        found = {}
+        for tag in ("args", "model_config"):
+            (event,) = accumulator.Tensors(f"{tag}/text_summary")
+            found[tag] = json.loads(event.tensor_proto.string_val[0].decode())
+        return found
+
+    ours = texts("ours", HFLightningTrainer, TrainingArguments)
+    reference = texts("reference", transformers.Trainer, transformers.TrainingArguments)
+    assert ours["model_config"] == reference["model_config"]
+    assert ours["args"]["hub_token"] == reference["args"]["hub_token"] == "<HUB_TOKEN>"
+    assert set(ours["args"]) == set(reference["args"])
+    differing = {key for key in reference["args"] if ours["args"][key] != reference["args"][key]}
+    assert differing == {"output_dir"}  # each side wrote under its own folder
+    _assert_no_secret(str(tmp_path / "ours"))
+
+
 def test_logging_dir_moves_tensorboard_and_csv(tmp_path):
     env = Environment(installed_loggers=frozenset({"tensorboard"}))
     args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=["tensorboard", "csv"])
