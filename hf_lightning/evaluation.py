@@ -483,9 +483,11 @@ class EvaluationMixin:
         """The autocast dtype of `fp16` / `bf16` mixed precision (the reference autocasts the forward), else None.
 
         None under DeepSpeed: the engine holds the model in its dtype and accelerate does not autocast its forward;
-        `_prepare_input` casts float inputs to that dtype instead, as the reference does.
+        `_prepare_input` casts float inputs to that dtype instead, as the reference does. None under FSDP2 too:
+        accelerate prepares an FSDP2 model (trained, or wrapped for evaluation) without a forward autocast, its
+        mixed precision being the sharding's `MixedPrecisionPolicy`, as in training (`owns_forward_precision`).
         """
-        if getattr(self, "is_deepspeed_enabled", False):
+        if getattr(self, "is_deepspeed_enabled", False) or _fsdp2_requested(self.args):
             return None
         return forward_autocast_dtype(self.args)
 
@@ -543,3 +545,9 @@ class EvaluationMixin:
         if num_samples == 0 and observed_num_examples > 0:
             num_samples = observed_num_examples
         return num_samples
+
+
+def _fsdp2_requested(args: Any) -> bool:
+    """Whether the arguments ask for FSDP version 2 (the reference's `fsdp_plugin_args`, set when `fsdp` is on)."""
+    plugin_args = getattr(args, "fsdp_plugin_args", None) or {}
+    return bool(getattr(args, "fsdp", None)) and plugin_args.get("fsdp_version") == 2

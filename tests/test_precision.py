@@ -38,3 +38,23 @@ def test_forward_autocast_casts_outputs_back_to_float32(tmp_path):
     assert inner_dtypes == [torch.bfloat16]
     assert output.dtype == torch.float32
     assert model(torch.randn(2, 4)).dtype == torch.float32  # hooks removed after the context
+
+
+def test_evaluation_autocasts_as_the_reference_prepares_the_model(tmp_path):
+    """evaluate / predict autocast the forward for fp16 / bf16, except where accelerate prepares the model
+    without autocast: DeepSpeed and FSDP2 (its mixed precision is the sharding policy); FSDP1 keeps it."""
+    import types
+
+    from hf_lightning.trainer import HFLightningTrainer
+
+    def eval_dtype(is_deepspeed_enabled: bool = False, **fields) -> torch.dtype | None:
+        args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, bf16=True, **fields)
+        facade = types.SimpleNamespace(args=args, is_deepspeed_enabled=is_deepspeed_enabled)
+        return HFLightningTrainer._mixed_precision_dtype(facade)
+
+    assert eval_dtype() == torch.bfloat16
+    assert eval_dtype(is_deepspeed_enabled=True) is None
+    assert eval_dtype(fsdp=True) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # FSDP1 is deprecated
+        assert eval_dtype(fsdp=True, fsdp_config={"version": 1}) == torch.bfloat16
