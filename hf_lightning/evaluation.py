@@ -36,6 +36,7 @@ from .eval_utils import (
     spans_several_devices,
     speed_metrics,
 )
+from .loggers import publish_predict_metrics
 from .outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
 from .precision import forward_autocast_dtype
 
@@ -135,6 +136,8 @@ class EvaluationMixin:
         self._add_speed_metrics(output, metric_key_prefix, start_time)
 
         self.control = self.callback_handler.on_predict(self.args, self.state, self.control, output.metrics)
+        if self.lightning_trainer is not None:
+            publish_predict_metrics(self.lightning_trainer, output.metrics, self.state.global_step)
         if memory_tracker is not None:
             memory_tracker.stop_and_update_metrics(output.metrics)
         return PredictionOutput(

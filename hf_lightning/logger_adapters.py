@@ -9,6 +9,7 @@ callback for that backend (transformers' `integrations/integration_utils.py`):
 - W&B: `train_runtime`, `train_samples_per_second`, `train_steps_per_second`, `train_loss` and
   `total_flos` go to the run summary; everything else is a history row with the key rewrite plus
   `train/global_step` (Lightning's `WandbLogger` adds its own `trainer/global_step` x-axis).
+- `predict()` metrics reach W&B and Comet only, as the reference's `on_predict` (`send_predict_metrics`).
 
 `isolated_mlflow_logger_class` wraps Lightning's `MLFlowLogger` so that a run leaves MLflow's
 process-wide tracking URI as it found it.
@@ -76,6 +77,20 @@ def send_to_logger(pl_logger: Any, logs: Mapping[str, Any], step: int) -> None:
             texts = rewrite_logs({key: value for key, value in logs.items() if isinstance(value, str)})
             for key, value in texts.items():
                 pl_logger.experiment.add_text(key, value, step)
+
+
+def send_predict_metrics(pl_logger: Any, metrics: Mapping[str, Any], step: int) -> None:
+    """`predict()`'s metrics, where the reference's integration has an `on_predict`: W&B logs them with the key
+    rewrite at its own step counter, Comet at `global_step`; the other backends get nothing, as there."""
+    from lightning.pytorch import loggers as pl_loggers
+
+    if isinstance(pl_logger, pl_loggers.WandbLogger):
+        # The reference's `step_sync` on `train/global_step` adds the last step to the row; we add it ourselves.
+        pl_logger.experiment.log({**rewrite_logs(dict(metrics)), "train/global_step": step})
+    elif isinstance(pl_logger, pl_loggers.CometLogger):
+        numbers = rewrite_logs(numeric_logs(metrics))
+        if numbers:
+            pl_logger.log_metrics(numbers, step=step)
 
 
 def send_run_texts(pl_logger: Any, args: Any, model: Any) -> None:

@@ -382,3 +382,15 @@ def publish_logs(lightning_trainer: Any, logs: Mapping[str, Any], step: int, *, 
         if outside_fit:
             # Lightning finalised the loggers when `fit` returned; write what came after.
             pl_logger.save()
+
+
+def publish_predict_metrics(lightning_trainer: Any, metrics: Mapping[str, Any], step: int) -> None:
+    """Send `predict()`'s metrics to the loggers whose reference integration logs them (global rank 0)."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from hf_lightning.logger_adapters import send_predict_metrics
+
+    if rank_zero_only.rank != 0:
+        return
+    for pl_logger in lightning_trainer.loggers:
+        send_predict_metrics(pl_logger, metrics, step)

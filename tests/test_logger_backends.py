@@ -404,6 +404,44 @@ def test_wandb_offline_run_holds_the_log_history(tmp_path, wandb_env):
     _assert_no_secret(str(tmp_path / "out"))
 
 
+def test_wandb_gets_predict_metrics_as_the_reference(tmp_path, wandb_env):
+    """The reference's WandbCallback.on_predict: one history row of the rewritten `test/` metrics."""
+    import wandb
+
+    trainer = _train(tmp_path, "wandb")
+    metrics = trainer.predict(regression_data(6)).metrics
+    wandb.finish()
+
+    (run_file,) = glob.glob(str(tmp_path / "out" / "wandb" / "offline-run-*" / "run-*.wandb"))
+    _, rows, _ = _wandb_history_and_summary(run_file)
+    assert len(rows) == len(trainer.state.log_history) + 1  # predict() adds one row, log_history none
+    last = {key: value for key, value in rows[-1].items() if not key.startswith("_")}
+    # The reference's `step_sync=True` on `train/global_step` puts the last step in the row; Lightning's
+    # WandbLogger adds its own `trainer/global_step` axis to every row.
+    expected = {**reference_rewrite_logs(metrics), "train/global_step": 4, "trainer/global_step": 4}
+    assert last == expected and "test/loss" in last
+
+
+def test_predict_metrics_reach_comet_only_among_the_other_backends(tmp_path):
+    """The reference's CometCallback.on_predict logs the rewritten metrics at `global_step`; TensorBoard, MLflow
+    and CSV have no `on_predict` there, so they get nothing."""
+    from lightning.pytorch.loggers import CometLogger, CSVLogger
+
+    from hf_lightning.logger_adapters import send_predict_metrics
+
+    calls = []
+    comet = CometLogger.__new__(CometLogger)  # comet_ml is not installed here: only the call is checked
+    comet.log_metrics = lambda metrics, step=None: calls.append((metrics, step))
+    metrics = {"test_loss": 0.5, "test_runtime": 1.0, "test_note": "text"}
+    send_predict_metrics(comet, metrics, step=7)
+    assert calls == [({"test/loss": 0.5, "test/runtime": 1.0}, 7)]
+
+    csv_logger = CSVLogger(save_dir=str(tmp_path))
+    send_predict_metrics(csv_logger, metrics, step=7)
+    csv_logger.save()
+    assert not glob.glob(str(tmp_path / "**" / "metrics.csv"), recursive=True)
+
+
 def test_wandb_mode_comes_from_the_environment_or_the_credentials(tmp_path, monkeypatch):
     for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
