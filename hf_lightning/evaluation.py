@@ -136,8 +136,7 @@ class EvaluationMixin:
         self._add_speed_metrics(output, metric_key_prefix, start_time)
 
         self.control = self.callback_handler.on_predict(self.args, self.state, self.control, output.metrics)
-        if self.lightning_trainer is not None:
-            publish_predict_metrics(self.lightning_trainer, output.metrics, self.state.global_step)
+        publish_predict_metrics(self._current_loggers(), output.metrics, self.state.global_step)
         if memory_tracker is not None:
             memory_tracker.stop_and_update_metrics(output.metrics)
         return PredictionOutput(

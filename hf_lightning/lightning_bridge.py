@@ -46,9 +46,11 @@ def build_lightning_trainer(
     user_callbacks: list[pl.Callback] = (),
     model: Any = None,
     overrides: Mapping[str, Any] | None = None,
+    loggers: list[Any] | None = None,
 ) -> pl.Trainer:
     """A `lightning.Trainer` configured by the plan, with the plan's loggers, its callbacks and the user's.
 
+    `loggers`: the plan's loggers when they already exist (built by a log before training), else built here.
     `overrides` (the facade's `lightning_trainer_overrides`) are merged last: they take precedence over the
     translation, except `callbacks`, which are added after the engine's.
     """
@@ -56,7 +58,8 @@ def build_lightning_trainer(
 
     quiet_lightning_banners()
     kwargs = lightning_trainer_kwargs(plan, values)
-    loggers = build_loggers(plan)
+    if loggers is None:
+        loggers = build_loggers(plan)
     if loggers:
         kwargs["logger"] = loggers
     if plan.strategy is not None:

@@ -384,13 +384,31 @@ def publish_logs(lightning_trainer: Any, logs: Mapping[str, Any], step: int, *, 
             pl_logger.save()
 
 
-def publish_predict_metrics(lightning_trainer: Any, metrics: Mapping[str, Any], step: int) -> None:
+def publish_predict_metrics(pl_loggers: list[Any], metrics: Mapping[str, Any], step: int) -> None:
     """Send `predict()`'s metrics to the loggers whose reference integration logs them (global rank 0)."""
+    if not pl_loggers:
+        return
     from lightning.pytorch.utilities import rank_zero_only
 
     from hf_lightning.logger_adapters import send_predict_metrics
 
     if rank_zero_only.rank != 0:
         return
-    for pl_logger in lightning_trainer.loggers:
+    for pl_logger in pl_loggers:
         send_predict_metrics(pl_logger, metrics, step)
+
+
+def publish_logs_before_training(pl_loggers: list[Any], logs: Mapping[str, Any], step: int) -> None:
+    """A `log()` entry from before any `train()` (evaluate first): to each logger as `publish_logs` sends it,
+    written out at once since no fit will finalise it."""
+    if not pl_loggers:
+        return
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from hf_lightning.logger_adapters import send_to_logger
+
+    if rank_zero_only.rank != 0:
+        return
+    for pl_logger in pl_loggers:
+        send_to_logger(pl_logger, logs, step)
+        pl_logger.save()

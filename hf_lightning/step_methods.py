@@ -18,7 +18,7 @@ from torch import nn
 from hf_lightning import data as data_layer
 from hf_lightning.eval_utils import speed_metrics
 from hf_lightning.fsdp import fsdp1_clip_grad_norm, is_fsdp1_model
-from hf_lightning.loggers import publish_logs
+from hf_lightning.loggers import publish_logs, publish_logs_before_training
 from hf_lightning.loss import (
     activate_neftune,
     count_items_in_window,
@@ -197,6 +197,8 @@ class TrainingStepMixin:
                 self.state.global_step,
                 outside_fit=not getattr(self, "_fitting", False),
             )
+        else:
+            publish_logs_before_training(self._current_loggers(), logger_logs, self.state.global_step)
 
     def store_flos(self) -> None:
         """Move this process's FLOP count into `state.total_flos` (summed over processes)."""

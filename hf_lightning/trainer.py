@@ -93,6 +93,7 @@ class HFLightningTrainer(
         self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
         self._memory_tracker.start(stage="init")
         self.lightning_trainer = None
+        self._loggers_before_training: list[Any] | None = None
         self.model = model
         self._set_process_log_level()
 
@@ -372,6 +373,19 @@ class HFLightningTrainer(
             process_index=self.args.process_index,
             description=description,
         )
+
+    def _current_loggers(self) -> list[Any]:
+        """The Lightning loggers a log goes to: the last fit's or, before any `train()`, the plan's, built at the
+        first use (the reference's integrations also start at their first event) and handed to `train()`."""
+        if self.lightning_trainer is not None:
+            return list(self.lightning_trainer.loggers)
+        if getattr(self, "_loggers_before_training", None) is None:
+            if not self.plan.loggers:
+                return []
+            from hf_lightning.loggers import build_loggers
+
+            self._loggers_before_training = build_loggers(self.plan)
+        return self._loggers_before_training
 
     def num_examples(self, dataloader: DataLoader) -> int:
         """Samples in a dataloader's dataset, estimated from its length when the dataset has none."""

@@ -199,7 +199,9 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
         trainer.lightning_callbacks,
         model=trainer.model,
         overrides=trainer.lightning_trainer_overrides,
+        loggers=getattr(trainer, "_loggers_before_training", None),
     )
+    trainer._loggers_before_training = None  # they belong to the Lightning trainer from now on
     trainer.lightning_trainer = lightning_trainer
     resume.position_lightning_loops(trainer, lightning_trainer)
 

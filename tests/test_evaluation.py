@@ -113,6 +113,9 @@ class StandInTrainer(EvaluationMixin):
         loss = extract_loss(outputs, inputs)
         return (loss, outputs) if return_outputs else loss
 
+    def _current_loggers(self):
+        return []  # no Lightning logger here: predict() publishes its metrics to none
+
     def log(self, logs, start_time=None):
         if self.state.epoch is not None:
             logs["epoch"] = self.state.epoch
@@ -927,6 +930,9 @@ class Facade(EvaluationMixin):
 
     def get_test_dataloader(self, dataset):
         return torch.utils.data.DataLoader(dataset, batch_size=self.args.eval_batch_size)
+
+    def _current_loggers(self):
+        return []
 
     def num_examples(self, dataloader):
         return len(dataloader.dataset)

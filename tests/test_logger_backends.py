@@ -148,6 +148,41 @@ def test_tensorboard_and_csv_hold_the_log_history(tmp_path):
     _assert_no_secret(str(tmp_path / "out"))
 
 
+def test_evaluate_before_train_reaches_the_same_runs_as_training(tmp_path):
+    """The reference's integrations start at their first event: an evaluate() before train() is logged at step 0,
+    and train() then writes to the same TensorBoard run and CSV file."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        per_device_train_batch_size=2,
+        max_steps=2,
+        logging_steps=1,
+        report_to=["tensorboard", "csv"],
+    )
+    trainer = HFLightningTrainer(
+        model=make_regression_mlp(), args=args, train_dataset=regression_data(8), eval_dataset=regression_data(4)
+    )
+    before = trainer.evaluate()
+    trainer.train()
+
+    (run_dir,) = glob.glob(str(tmp_path / "out" / "runs" / "*"))  # one run, not one per phase
+    accumulator = EventAccumulator(run_dir)
+    accumulator.Reload()
+    assert [(e.step, e.value) for e in accumulator.Scalars("eval/loss")] == [
+        (0, pytest.approx(before["eval_loss"], rel=1e-6))
+    ]
+    assert [e.step for e in accumulator.Scalars("train/loss")] == [1, 2]
+    (metrics_file,) = glob.glob(str(tmp_path / "out" / "lightning_logs" / "*" / "metrics.csv"))
+    with open(metrics_file, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 1 + len(trainer.state.log_history)  # train() starts a new state, as the reference's
+    assert rows[0]["step"] == "0" and float(rows[0]["eval/loss"]) == pytest.approx(before["eval_loss"])
+
+
 def test_tensorboard_writes_strings_as_text(tmp_path):
     """The reference's TensorBoardCallback: numbers as scalars, strings as text, both key-rewritten."""
     from lightning.pytorch.loggers import TensorBoardLogger
