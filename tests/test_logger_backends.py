@@ -148,23 +148,43 @@ def test_tensorboard_and_csv_hold_the_log_history(tmp_path):
     _assert_no_secret(str(tmp_path / "out"))
 
 
-def test_evaluate_before_train_reaches_the_same_runs_as_training(tmp_path):
+def test_evaluate_before_train_reaches_the_same_runs_as_training(tmp_path, monkeypatch):
     """The reference's integrations start at their first event: an evaluate() before train() is logged at step 0,
-    and train() then writes to the same TensorBoard run and CSV file."""
+    and train() then writes to the same TensorBoard run and CSV file (ours under output_dir; the reference's
+    TensorBoard run then lands in the working directory: docs/divergences.md)."""
+    import transformers
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "out"),
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    settings = dict(
         use_cpu=True,
         save_strategy="no",
         disable_tqdm=True,
         per_device_train_batch_size=2,
         max_steps=2,
         logging_steps=1,
-        report_to=["tensorboard", "csv"],
     )
+    reference = transformers.Trainer(
+        model=make_regression_mlp(),
+        args=transformers.TrainingArguments(
+            output_dir=str(tmp_path / "reference"), report_to=["tensorboard"], **settings
+        ),
+        train_dataset=regression_data(8),
+        eval_dataset=regression_data(4),
+    )
+    reference.evaluate()
+    reference.train()
+    assert glob.glob(str(tmp_path / "cwd" / "runs" / "*"))  # the reference's run, in the working directory
+    assert not glob.glob(str(tmp_path / "reference" / "runs" / "*"))
+
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=["tensorboard", "csv"], **settings)
     trainer = HFLightningTrainer(
-        model=make_regression_mlp(), args=args, train_dataset=regression_data(8), eval_dataset=regression_data(4)
+        model=make_regression_mlp(),
+        args=args,
+        train_dataset=regression_data(8),
+        eval_dataset=regression_data(4),
     )
     before = trainer.evaluate()
     trainer.train()
