@@ -386,29 +386,29 @@ def publish_logs(lightning_trainer: Any, logs: Mapping[str, Any], step: int, *, 
 
 def publish_predict_metrics(pl_loggers: list[Any], metrics: Mapping[str, Any], step: int) -> None:
     """Send `predict()`'s metrics to the loggers whose reference integration logs them (global rank 0)."""
-    if not pl_loggers:
-        return
-    from lightning.pytorch.utilities import rank_zero_only
-
     from hf_lightning.logger_adapters import send_predict_metrics
 
-    if rank_zero_only.rank != 0:
-        return
-    for pl_logger in pl_loggers:
-        send_predict_metrics(pl_logger, metrics, step)
+    _on_rank_zero(pl_loggers, lambda pl_logger: send_predict_metrics(pl_logger, metrics, step))
 
 
 def publish_logs_before_training(pl_loggers: list[Any], logs: Mapping[str, Any], step: int) -> None:
     """A `log()` entry from before any `train()` (evaluate first): to each logger as `publish_logs` sends it,
     written out at once since no fit will finalise it."""
-    if not pl_loggers:
-        return
-    from lightning.pytorch.utilities import rank_zero_only
-
     from hf_lightning.logger_adapters import send_to_logger
 
-    if rank_zero_only.rank != 0:
-        return
-    for pl_logger in pl_loggers:
+    def send(pl_logger: Any) -> None:
         send_to_logger(pl_logger, logs, step)
         pl_logger.save()
+
+    _on_rank_zero(pl_loggers, send)
+
+
+def _on_rank_zero(pl_loggers: list[Any], send: Any) -> None:
+    """`send(logger)` for each logger, on global rank 0 only (where Lightning's loggers write)."""
+    if not pl_loggers:
+        return  # nothing to import Lightning for
+    from lightning.pytorch.utilities import rank_zero_only
+
+    if rank_zero_only.rank == 0:
+        for pl_logger in pl_loggers:
+            send(pl_logger)
