@@ -36,6 +36,7 @@ from .eval_utils import (
     spans_several_devices,
     speed_metrics,
 )
+from .fsdp import is_fsdp2_model
 from .loggers import publish_predict_metrics
 from .outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
 from .precision import forward_autocast_dtype
@@ -136,7 +137,9 @@ class EvaluationMixin:
         self._add_speed_metrics(output, metric_key_prefix, start_time)
 
         self.control = self.callback_handler.on_predict(self.args, self.state, self.control, output.metrics)
-        publish_predict_metrics(self._current_loggers(), output.metrics, self.state.global_step)
+        publish_predict_metrics(
+            self._current_loggers(), output.metrics, self.state.global_step, self.state.epoch
+        )
         if memory_tracker is not None:
             memory_tracker.stop_and_update_metrics(output.metrics)
         return PredictionOutput(
@@ -485,11 +488,12 @@ class EvaluationMixin:
         """The autocast dtype of `fp16` / `bf16` mixed precision (the reference autocasts the forward), else None.
 
         None under DeepSpeed: the engine holds the model in its dtype and accelerate does not autocast its forward;
-        `_prepare_input` casts float inputs to that dtype instead, as the reference does. None under FSDP2 too:
-        accelerate prepares an FSDP2 model (trained, or wrapped for evaluation) without a forward autocast, its
-        mixed precision being the sharding's `MixedPrecisionPolicy`, as in training (`owns_forward_precision`).
+        `_prepare_input` casts float inputs to that dtype instead, as the reference does. None for a model FSDP2
+        sharded (in training): its mixed precision is the sharding's `MixedPrecisionPolicy`, and accelerate
+        prepares FSDP2 models without a forward autocast. An unsharded model (evaluate before train) keeps the
+        autocast: the reference shards it with that policy for evaluation, which also computes in low precision.
         """
-        if getattr(self, "is_deepspeed_enabled", False) or _fsdp2_requested(self.args):
+        if getattr(self, "is_deepspeed_enabled", False) or is_fsdp2_model(self.model):
             return None
         return forward_autocast_dtype(self.args)
 
@@ -547,9 +551,3 @@ class EvaluationMixin:
         if num_samples == 0 and observed_num_examples > 0:
             num_samples = observed_num_examples
         return num_samples
-
-
-def _fsdp2_requested(args: Any) -> bool:
-    """Whether the arguments ask for FSDP version 2 (the reference's `fsdp_plugin_args`, set when `fsdp` is on)."""
-    plugin_args = getattr(args, "fsdp_plugin_args", None) or {}
-    return bool(getattr(args, "fsdp", None)) and plugin_args.get("fsdp_version") == 2

@@ -59,6 +59,7 @@ __all__ = [
     "fsdp2_wrap_predicate",
     "gradient_sync_disabled",
     "is_fsdp1_model",
+    "is_fsdp2_model",
     "is_fsdp_plan",
     "module_class_from_name",
     "transformer_layer_classes",
@@ -181,6 +182,13 @@ def _hand_to_facade(module: Any, wrapped: nn.Module) -> None:
     module.model = wrapped
     facade.model = facade.model_wrapped = wrapped
     facade.is_fsdp_enabled = True
+
+
+def is_fsdp2_model(model: Any) -> bool:
+    """Whether `model` was sharded by FSDP2's `fully_shard` (cheap: nothing is imported when FSDP never was)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    fsdp_module = getattr(fsdp, "FSDPModule", None)
+    return fsdp_module is not None and isinstance(model, fsdp_module)
 
 
 def is_fsdp1_model(model: Any) -> bool:

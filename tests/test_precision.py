@@ -40,21 +40,26 @@ def test_forward_autocast_casts_outputs_back_to_float32(tmp_path):
     assert model(torch.randn(2, 4)).dtype == torch.float32  # hooks removed after the context
 
 
-def test_evaluation_autocasts_as_the_reference_prepares_the_model(tmp_path):
+def test_evaluation_autocasts_as_the_reference_prepares_the_model(tmp_path, monkeypatch):
     """evaluate / predict autocast the forward for fp16 / bf16, except where accelerate prepares the model
-    without autocast: DeepSpeed and FSDP2 (its mixed precision is the sharding policy); FSDP1 keeps it."""
+    without autocast: DeepSpeed, and a model FSDP2 sharded in training (its mixed precision is the sharding
+    policy). An FSDP run's model not sharded yet (evaluate before train) keeps the autocast."""
     import types
 
+    from hf_lightning import evaluation
     from hf_lightning.trainer import HFLightningTrainer
 
-    def eval_dtype(is_deepspeed_enabled: bool = False, **fields) -> torch.dtype | None:
+    sharded = torch.nn.Linear(2, 2)
+
+    def eval_dtype(model=None, is_deepspeed_enabled: bool = False, **fields) -> torch.dtype | None:
         args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, bf16=True, **fields)
-        facade = types.SimpleNamespace(args=args, is_deepspeed_enabled=is_deepspeed_enabled)
+        facade = types.SimpleNamespace(
+            args=args, model=model or torch.nn.Linear(2, 2), is_deepspeed_enabled=is_deepspeed_enabled
+        )
         return HFLightningTrainer._mixed_precision_dtype(facade)
 
     assert eval_dtype() == torch.bfloat16
     assert eval_dtype(is_deepspeed_enabled=True) is None
-    assert eval_dtype(fsdp=True) is None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # FSDP1 is deprecated
-        assert eval_dtype(fsdp=True, fsdp_config={"version": 1}) == torch.bfloat16
+    assert eval_dtype(fsdp=True) == torch.bfloat16  # not sharded yet
+    monkeypatch.setattr(evaluation, "is_fsdp2_model", lambda model: model is sharded)
+    assert eval_dtype(sharded, fsdp=True) is None

@@ -91,6 +91,12 @@ def _listing(path: str) -> dict:
     return folders
 
 
+def _is_fsdp2_model(model) -> bool:
+    from hf_lightning.fsdp import is_fsdp2_model
+
+    return is_fsdp2_model(model)
+
+
 def main(side: str, out_dir: str) -> None:
     results = {}
     names = list(SCENARIOS) + list(RESUMED) if side == "ours" else list(REFERENCE_SCENARIOS)
@@ -111,6 +117,7 @@ def main(side: str, out_dir: str) -> None:
             "weights": _full_weights(trainer, side),
             "checkpoints": _listing(args.output_dir),
             "strategy": type(trainer.lightning_trainer.strategy).__name__ if side == "ours" else None,
+            "model_is_fsdp2": _is_fsdp2_model(trainer.model) if side == "ours" else None,
         }
     if int(os.environ.get("RANK", "0")) == 0:
         with open(os.path.join(out_dir, f"{side}.json"), "w") as handle:
