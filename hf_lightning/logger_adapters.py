@@ -79,18 +79,20 @@ def send_to_logger(pl_logger: Any, logs: Mapping[str, Any], step: int) -> None:
                 pl_logger.experiment.add_text(key, value, step)
 
 
-def send_predict_metrics(pl_logger: Any, metrics: Mapping[str, Any], step: int) -> None:
+def send_predict_metrics(
+    pl_logger: Any, metrics: Mapping[str, Any], step: int, epoch: float | None = None
+) -> None:
     """`predict()`'s metrics, where the reference's integration has an `on_predict`: W&B logs them with the key
-    rewrite at its own step counter, Comet at `global_step`; the other backends get nothing, as there."""
+    rewrite at its own step counter, Comet at `global_step` and `epoch`; the other backends get nothing."""
     from lightning.pytorch import loggers as pl_loggers
 
     if isinstance(pl_logger, pl_loggers.WandbLogger):
         # The reference's `step_sync` on `train/global_step` adds the last step to the row; we add it ourselves.
         pl_logger.experiment.log({**rewrite_logs(dict(metrics)), "train/global_step": step})
     elif isinstance(pl_logger, pl_loggers.CometLogger):
-        numbers = rewrite_logs(numeric_logs(metrics))
-        if numbers:
-            pl_logger.log_metrics(numbers, step=step)
+        # Lightning's CometLogger passes an `epoch` entry on as the experiment's epoch.
+        extra = {} if epoch is None else {"epoch": epoch}
+        pl_logger.log_metrics({**rewrite_logs(dict(metrics)), **extra}, step=step)
 
 
 def send_run_texts(pl_logger: Any, args: Any, model: Any) -> None:

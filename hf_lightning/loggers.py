@@ -384,11 +384,13 @@ def publish_logs(lightning_trainer: Any, logs: Mapping[str, Any], step: int, *, 
             pl_logger.save()
 
 
-def publish_predict_metrics(pl_loggers: list[Any], metrics: Mapping[str, Any], step: int) -> None:
+def publish_predict_metrics(
+    pl_loggers: list[Any], metrics: Mapping[str, Any], step: int, epoch: float | None = None
+) -> None:
     """Send `predict()`'s metrics to the loggers whose reference integration logs them (global rank 0)."""
     from hf_lightning.logger_adapters import send_predict_metrics
 
-    _on_rank_zero(pl_loggers, lambda pl_logger: send_predict_metrics(pl_logger, metrics, step))
+    _on_rank_zero(pl_loggers, lambda pl_logger: send_predict_metrics(pl_logger, metrics, step, epoch))
 
 
 def publish_logs_before_training(pl_loggers: list[Any], logs: Mapping[str, Any], step: int) -> None:

@@ -376,15 +376,28 @@ class HFLightningTrainer(
 
     def _current_loggers(self) -> list[Any]:
         """The Lightning loggers a log goes to: the last fit's or, before any `train()`, the plan's, built at the
-        first use (the reference's integrations also start at their first event) and handed to `train()`."""
+        first use (the reference's integrations also start at their first event) and handed to `train()`.
+
+        A `logger` in `lightning_trainer_overrides` replaces the plan's before training too: its logger(s), or
+        none for `False` / `None` / `True` (Lightning makes its default logger only when the fit starts).
+        """
         if self.lightning_trainer is not None:
             return list(self.lightning_trainer.loggers)
+        overrides = self.lightning_trainer_overrides
+        if "logger" in overrides:
+            chosen = overrides["logger"]
+            if chosen is None or isinstance(chosen, bool):
+                return []
+            return list(chosen) if isinstance(chosen, (list, tuple)) else [chosen]
         if getattr(self, "_loggers_before_training", None) is None:
             if not self.plan.loggers:
                 return []
             from hf_lightning.loggers import build_loggers
 
             self._loggers_before_training = build_loggers(self.plan)
+            for pl_logger in self._loggers_before_training:
+                # As train begin does; the reference's W&B / MLflow setup at their first event logs them too.
+                pl_logger.log_hyperparams(self.args.to_sanitized_dict())
         return self._loggers_before_training
 
     def num_examples(self, dataloader: DataLoader) -> int:

@@ -203,6 +203,45 @@ def test_evaluate_before_train_reaches_the_same_runs_as_training(tmp_path, monke
     assert rows[0]["step"] == "0" and float(rows[0]["eval/loss"]) == pytest.approx(before["eval_loss"])
 
 
+@pytest.mark.parametrize("override", ["none", "own-logger"])
+def test_a_logger_override_also_receives_the_logs_from_before_train(tmp_path, override):
+    """`lightning_trainer_overrides["logger"]` replaces the report_to loggers for the whole run: an evaluate()
+    before train() goes to the user's logger (or nowhere for `False`), never to a report_to logger."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    mine = CSVLogger(save_dir=str(tmp_path / "mine"), name="", version="")
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        per_device_train_batch_size=2,
+        max_steps=2,
+        logging_steps=1,
+        report_to=["csv"],
+    )
+    trainer = HFLightningTrainer(
+        model=make_regression_mlp(),
+        args=args,
+        train_dataset=regression_data(8),
+        eval_dataset=regression_data(4),
+    )
+    trainer.lightning_trainer_overrides = {"logger": False if override == "none" else mine}
+    trainer.evaluate()
+    trainer.train()
+
+    assert not glob.glob(str(tmp_path / "out" / "lightning_logs" / "**" / "metrics.csv"), recursive=True)
+    if override == "none":
+        assert trainer.lightning_trainer.loggers == []
+        assert not (tmp_path / "mine").exists()
+    else:
+        assert trainer.lightning_trainer.loggers == [mine]
+        with open(tmp_path / "mine" / "metrics.csv", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        assert len(rows) == 1 + len(trainer.state.log_history)
+        assert rows[0]["step"] == "0" and rows[0]["eval/loss"] != ""
+
+
 def test_tensorboard_writes_strings_as_text(tmp_path):
     """The reference's TensorBoardCallback: numbers as scalars, strings as text, both key-rewritten."""
     from lightning.pytorch.loggers import TensorBoardLogger
@@ -459,22 +498,51 @@ def test_wandb_offline_run_holds_the_log_history(tmp_path, wandb_env):
     _assert_no_secret(str(tmp_path / "out"))
 
 
-def test_wandb_gets_predict_metrics_as_the_reference(tmp_path, wandb_env):
-    """The reference's WandbCallback.on_predict: one history row of the rewritten `test/` metrics."""
+def test_wandb_gets_predict_metrics_as_the_reference(tmp_path, wandb_env, monkeypatch):
+    """The reference's WandbCallback.on_predict: one more history row, the rewritten `test/` metrics plus
+    `train/global_step` (its `step_sync`); run side by side with transformers.Trainer, read back from both files."""
+    import transformers
     import wandb
 
-    trainer = _train(tmp_path, "wandb")
-    metrics = trainer.predict(regression_data(6)).metrics
-    wandb.finish()
+    def last_row(run_root, trainer) -> tuple[dict, dict, int]:
+        metrics = trainer.predict(regression_data(6)).metrics
+        wandb.finish()
+        (run_file,) = glob.glob(str(run_root / "wandb" / "offline-run-*" / "run-*.wandb"))
+        _, rows, _ = _wandb_history_and_summary(run_file)
+        row = {key: value for key, value in rows[-1].items() if not key.startswith("_")}
+        return row, metrics, len(rows)
 
-    (run_file,) = glob.glob(str(tmp_path / "out" / "wandb" / "offline-run-*" / "run-*.wandb"))
-    _, rows, _ = _wandb_history_and_summary(run_file)
-    assert len(rows) == len(trainer.state.log_history) + 1  # predict() adds one row, log_history none
-    last = {key: value for key, value in rows[-1].items() if not key.startswith("_")}
-    # The reference's `step_sync=True` on `train/global_step` puts the last step in the row; Lightning's
-    # WandbLogger adds its own `trainer/global_step` axis to every row.
-    expected = {**reference_rewrite_logs(metrics), "train/global_step": 4, "trainer/global_step": 4}
-    assert last == expected and "test/loss" in last
+    # The reference would ask for a login without it. wandb reads the environment when its process-wide setup
+    # is made: end any setup an earlier test made, so this one reads it.
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    wandb.teardown()
+    monkeypatch.chdir(tmp_path)  # the reference's run goes to ./wandb (ours to output_dir/wandb)
+    ours = _train(tmp_path, "wandb")
+    our_row, our_metrics, our_rows = last_row(tmp_path / "out", ours)
+    assert our_rows == len(ours.state.log_history) + 1  # predict() adds one row, and no log_history entry
+
+    reference_args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "reference"),
+        use_cpu=True,
+        save_strategy="no",
+        per_device_train_batch_size=2,
+        learning_rate=1e-2,
+        max_steps=4,
+        logging_steps=1,
+        report_to="wandb",
+        run_name="reference-run",
+    )
+    reference = transformers.Trainer(
+        model=make_regression_mlp(), args=reference_args, train_dataset=regression_data(8)
+    )
+    reference.train()
+    reference_row, reference_metrics, _ = last_row(tmp_path, reference)
+
+    assert our_row.pop("trainer/global_step") == 4  # Lightning's WandbLogger axis, on every row
+    assert set(our_row) == set(reference_row)
+    assert our_row["train/global_step"] == reference_row["train/global_step"] == 4
+    assert our_row == reference_rewrite_logs(our_metrics) | {"train/global_step": 4}
+    assert reference_row == reference_rewrite_logs(reference_metrics) | {"train/global_step": 4}
 
 
 def test_predict_metrics_reach_comet_only_among_the_other_backends(tmp_path):
@@ -488,8 +556,10 @@ def test_predict_metrics_reach_comet_only_among_the_other_backends(tmp_path):
     comet = CometLogger.__new__(CometLogger)  # comet_ml is not installed here: only the call is checked
     comet.log_metrics = lambda metrics, step=None: calls.append((metrics, step))
     metrics = {"test_loss": 0.5, "test_runtime": 1.0, "test_note": "text"}
-    send_predict_metrics(comet, metrics, step=7)
-    assert calls == [({"test/loss": 0.5, "test/runtime": 1.0}, 7)]
+    send_predict_metrics(comet, metrics, step=7, epoch=1.5)
+    # All rewritten entries, as the reference's `__internal_api__log_metrics__` call; the epoch as Lightning's
+    # CometLogger takes it.
+    assert calls == [({"test/loss": 0.5, "test/runtime": 1.0, "test/note": "text", "epoch": 1.5}, 7)]
 
     csv_logger = CSVLogger(save_dir=str(tmp_path))
     send_predict_metrics(csv_logger, metrics, step=7)
