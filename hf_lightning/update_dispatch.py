@@ -30,8 +30,8 @@ def hook_dispatch_is_idle(trainer: pl.Trainer) -> bool:
     strategy = trainer.strategy
     if type(strategy) is not SingleDeviceStrategy or type(strategy.precision_plugin) is not Precision:
         return False  # other strategies and precision plugins do real work there (scaling, sync, engines)
-    if not isinstance(trainer.profiler, PassThroughProfiler):
-        return False  # a profiler times the dispatched hooks
+    if type(trainer.profiler) is not PassThroughProfiler:
+        return False  # a profiler (a subclass of the pass-through one included) times the dispatched hooks
     module = trainer.lightning_module
     if any(is_overridden(name, module, pl.LightningModule) for name in (*_DISPATCHED_HOOKS, "backward")):
         return False

@@ -98,6 +98,16 @@ def test_profilers_other_precisions_and_strategies_keep_the_dispatch(settings):
     assert hook_dispatch_is_idle(trainer) is False
 
 
+def test_a_profiler_subclassing_the_pass_through_one_keeps_the_dispatch():
+    from lightning.pytorch.profilers import PassThroughProfiler
+
+    class Timing(PassThroughProfiler):
+        pass
+
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, profiler=Timing())
+    assert hook_dispatch_is_idle(trainer) is False
+
+
 def test_a_module_overriding_backward_keeps_the_dispatch(tmp_path):
     from hf_lightning.module import HFLightningModule
 
