@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -53,6 +53,11 @@ def reference_n_gpu(
     if device_type == "cuda" and not distributed:
         return cuda_device_count
     return 1
+
+
+def cpu_switch_on(environ: Mapping[str, str]) -> bool:
+    """Whether accelerate's `ACCELERATE_USE_CPU` switch is on in `environ` (it forces the CPU, as `use_cpu`)."""
+    return environ.get("ACCELERATE_USE_CPU", "false").lower() in ("1", "true", "yes", "on")
 
 
 def _launched() -> bool:
@@ -112,15 +117,14 @@ class TrainingArgumentsProcess:
             resolved = self.__dict__["_resolved_device"] = self._resolve_device()
         return resolved
 
+    def _cpu_requested(self) -> bool:
+        """`use_cpu`, or accelerate's `ACCELERATE_USE_CPU` environment switch (which the reference also reads)."""
+        return bool(self.use_cpu) or cpu_switch_on(os.environ)
+
     def _resolve_device(self) -> Any:
         import torch
 
-        if self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() in (
-            "1",
-            "true",
-            "yes",
-            "on",
-        ):
+        if self._cpu_requested():
             return torch.device("cpu")
         if torch.cuda.is_available():
             return torch.device("cuda", self.local_process_index if self._is_distributed() else 0)
@@ -138,7 +142,9 @@ class TrainingArgumentsProcess:
             device_type,
             distributed=self._is_distributed(),
             cuda_device_count=torch.cuda.device_count() if device_type == "cuda" else 0,
-            deepspeed_launch=bool(getattr(self, "deepspeed", None)) and _launched() and not self.use_cpu,
+            deepspeed_launch=bool(getattr(self, "deepspeed", None))
+            and _launched()
+            and not self._cpu_requested(),
         )
 
     def _is_distributed(self) -> bool:

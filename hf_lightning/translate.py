@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hf_lightning.args_process import reference_n_gpu
+from hf_lightning.args_process import cpu_switch_on, reference_n_gpu
 from hf_lightning.field_registry import FIELD_REGISTRY
 from hf_lightning.loggers import LOGGER_ENV_VARS, installed_logger_backends
 from hf_lightning.registry.core import (
@@ -31,6 +31,10 @@ from hf_lightning.registry.features import landed_features
 # Optional packages whose presence changes a decision (liger kernels, DeepSpeed).
 OPTIONAL_PACKAGES = ("liger_kernel", "deepspeed")
 _LAUNCHER_VARS = ("LOCAL_RANK", "RANK")
+
+
+# Device switches the translation reads, as the arguments' `device` does.
+_DEVICE_ENV_VARS = ("ACCELERATE_USE_CPU",)
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,9 @@ class Environment:
             installed_packages=frozenset(
                 name for name in OPTIONAL_PACKAGES if importlib.util.find_spec(name) is not None
             ),
-            environ={name: os.environ[name] for name in LOGGER_ENV_VARS if name in os.environ},
+            environ={
+                name: os.environ[name] for name in (*LOGGER_ENV_VARS, *_DEVICE_ENV_VARS) if name in os.environ
+            },
         )
 
 
@@ -145,8 +151,13 @@ def _base_trainer_kwargs() -> dict[str, Any]:
     }
 
 
+def _cpu_requested(args: Any, env: Environment) -> bool:
+    """`use_cpu`, or accelerate's `ACCELERATE_USE_CPU` switch (as `TrainingArguments.device` reads it)."""
+    return bool(getattr(args, "use_cpu", False)) or cpu_switch_on(env.environ)
+
+
 def _accelerator(args: Any, env: Environment) -> str:
-    if getattr(args, "use_cpu", False):
+    if _cpu_requested(args, env):
         return "cpu"
     if env.cuda_available:
         return "gpu"
@@ -214,7 +225,7 @@ def translate(args: Any, env: Environment | None = None, *, raise_on_refusal: bo
         features=landed_features(),
         accelerator=accelerator,
         strategy_name=strategy_name,
-        n_gpu=_n_gpu(accelerator, env, strategy_name, use_cpu=bool(getattr(args, "use_cpu", False))),
+        n_gpu=_n_gpu(accelerator, env, strategy_name, use_cpu=_cpu_requested(args, env)),
     )
     trainer_kwargs = _base_trainer_kwargs()
     module_settings: dict[str, Any] = {}

@@ -294,6 +294,18 @@ def test_arguments_and_translation_count_gpus_by_one_rule(tmp_path, monkeypatch)
         assert args.n_gpu == _n_gpu("cpu", launched_cpu, "deepspeed", use_cpu=use_cpu) == expected
     plain = TrainingArguments(output_dir=str(tmp_path), report_to="none")
     assert plain.n_gpu == _n_gpu("cpu", launched_cpu, "single") == 0
+    # accelerate's ACCELERATE_USE_CPU counts as use_cpu on both sides.
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+    switched = TrainingArguments(output_dir=str(tmp_path), deepspeed=deepspeed, report_to="none")
+    assert switched.n_gpu == 0
+
+
+def test_accelerate_use_cpu_switch_picks_the_cpu(make_args):
+    gpu_machine = Environment(cuda_available=True, cuda_device_count=1)
+    switched = Environment(cuda_available=True, cuda_device_count=1, environ={"ACCELERATE_USE_CPU": "1"})
+    args = override(make_args(), use_cpu=False)
+    assert translate(args, gpu_machine).trainer_kwargs["accelerator"] == "gpu"
+    assert translate(args, switched).trainer_kwargs["accelerator"] == "cpu"
 
 
 def test_fsdp_on_cpu_runs_under_a_launch(make_args):
