@@ -147,11 +147,16 @@ def _with_executable_batch_size(trainer: HFLightningTrainer, speed_metrics) -> T
         if batch_size == 0:
             raise RuntimeError("No executable batch size found, reached zero.")
         trainer._train_batch_size = batch_size
+        previous_lightning_trainer = trainer.lightning_trainer
         try:
             return _inner_training_loop(trainer, speed_metrics)
         except Exception as error:
             if not should_reduce_batch_size(error):
                 raise
+            if trainer.lightning_trainer is not previous_lightning_trainer:
+                # The next attempt writes to this attempt's loggers (one run), as the reference's callbacks keep
+                # their writers across its retries.
+                trainer._loggers_before_training = list(trainer.lightning_trainer.loggers)
             _release_memory()
             batch_size = int(batch_size * 0.9)
             logger.info(f"Out of memory: retrying with a per-process batch of {batch_size}.")
