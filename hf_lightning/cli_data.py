@@ -186,8 +186,15 @@ def cli_tokenizer() -> CLITokenizer:
     return CLITokenizer({token: index for index, token in enumerate(CLI_VOCABULARY)})
 
 
-def _splits(seed: int, sizes: dict[str, int]) -> dict[str, list[dict[str, Any]]]:
-    return {split: generate_examples(size, seed, split) for split, size in sizes.items()}
+def _split_datasets(
+    seed: int, sizes: tuple[int, int, int], make_dataset: Callable[[list[dict[str, Any]]], Dataset]
+) -> tuple[Dataset, Dataset, Dataset]:
+    """The train / eval / test datasets made from the embedded examples of each split (sizes in that order)."""
+    train, evaluation, test = (
+        make_dataset(generate_examples(size, seed, split))
+        for split, size in zip(("train", "eval", "test"), sizes)
+    )
+    return train, evaluation, test
 
 
 class EmbeddedClassificationData(DataSource):
@@ -196,11 +203,10 @@ class EmbeddedClassificationData(DataSource):
     def __init__(
         self, train_size: int = 2000, eval_size: int = 200, test_size: int = 200, seed: int = 42
     ) -> None:
-        self.processing_class = cli_tokenizer()
-        splits = _splits(seed, {"train": train_size, "eval": eval_size, "test": test_size})
-        self.train_dataset = EmbeddedDataset(splits["train"], self.processing_class)
-        self.eval_dataset = EmbeddedDataset(splits["eval"], self.processing_class)
-        self.test_dataset = EmbeddedDataset(splits["test"], self.processing_class)
+        self.processing_class = tokenizer = cli_tokenizer()
+        self.train_dataset, self.eval_dataset, self.test_dataset = _split_datasets(
+            seed, (train_size, eval_size, test_size), lambda examples: EmbeddedDataset(examples, tokenizer)
+        )
         self.data_collator = EmbeddedCollator(self.processing_class.pad_token_id)
         self.compute_metrics = accuracy_metric
 
@@ -250,16 +256,15 @@ class EmbeddedCausalLMData(DataSource):
         self, train_size: int = 2000, eval_size: int = 200, test_size: int = 200, seed: int = 42
     ) -> None:
         self.processing_class = tokenizer = cli_tokenizer()
-        splits = _splits(seed, {"train": train_size, "eval": eval_size, "test": test_size})
 
         def dataset(examples: list[dict[str, Any]]) -> TokenListDataset:
             return TokenListDataset(
                 [{"input_ids": tokenizer.encode(ex["text"])["input_ids"] + [EOS_TOKEN_ID]} for ex in examples]
             )
 
-        self.train_dataset = dataset(splits["train"])
-        self.eval_dataset = dataset(splits["eval"])
-        self.test_dataset = dataset(splits["test"])
+        self.train_dataset, self.eval_dataset, self.test_dataset = _split_datasets(
+            seed, (train_size, eval_size, test_size), dataset
+        )
         self.data_collator = PaddingCollator(tokenizer.pad_token_id)
 
 
@@ -270,7 +275,6 @@ class EmbeddedSeq2SeqData(DataSource):
         self, train_size: int = 2000, eval_size: int = 200, test_size: int = 200, seed: int = 42
     ) -> None:
         self.processing_class = tokenizer = cli_tokenizer()
-        splits = _splits(seed, {"train": train_size, "eval": eval_size, "test": test_size})
 
         def dataset(examples: list[dict[str, Any]]) -> TokenListDataset:
             return TokenListDataset(
@@ -283,9 +287,9 @@ class EmbeddedSeq2SeqData(DataSource):
                 ]
             )
 
-        self.train_dataset = dataset(splits["train"])
-        self.eval_dataset = dataset(splits["eval"])
-        self.test_dataset = dataset(splits["test"])
+        self.train_dataset, self.eval_dataset, self.test_dataset = _split_datasets(
+            seed, (train_size, eval_size, test_size), dataset
+        )
         self.data_collator = PaddingCollator(tokenizer.pad_token_id)
         self.compute_metrics = topic_accuracy
 
