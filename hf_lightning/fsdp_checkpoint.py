@@ -154,16 +154,25 @@ def save_fsdp_model(trainer: Any, output_dir: str) -> None:
     context, options = _state_dict_mode(trainer, full)
     os.makedirs(output_dir, exist_ok=True)
     with context:
-        state = _model_state(trainer.model_wrapped, options)
-        if full:
-            if trainer.args.process_index == 0:
-                torch.save(state, os.path.join(output_dir, f"{FSDP_MODEL_NAME}.bin"))
-            return
-        import torch.distributed.checkpoint as dcp
+        _write_state(
+            trainer, output_dir, FSDP_MODEL_NAME, "model", _model_state(trainer.model_wrapped, options), full
+        )
 
-        folder = os.path.join(output_dir, f"{FSDP_MODEL_NAME}_0")
-        os.makedirs(folder, exist_ok=True)
-        dcp.save({"model": state}, storage_writer=dcp.FileSystemWriter(folder))
+
+def _write_state(
+    trainer: Any, output_dir: str, name: str, key: str, state: dict[str, Any], full: bool
+) -> None:
+    """Rank 0 writes the full state to `<name>.bin`; or every rank its shard, under `key`, to the distributed
+    checkpoint `<name>_0/` (accelerate's file names)."""
+    if full:
+        if trainer.args.process_index == 0:
+            torch.save(state, os.path.join(output_dir, f"{name}.bin"))
+        return
+    import torch.distributed.checkpoint as dcp
+
+    folder = os.path.join(output_dir, f"{name}_0")
+    os.makedirs(folder, exist_ok=True)
+    dcp.save({key: state}, storage_writer=dcp.FileSystemWriter(folder))
 
 
 def _optimizer_state(trainer: Any, options: Any) -> dict[str, Any]:
@@ -187,16 +196,9 @@ def save_fsdp_optimizer(trainer: Any, output_dir: str) -> None:
     full = _is_full(trainer)
     context, options = _state_dict_mode(trainer, full)
     with context:
-        state = _optimizer_state(trainer, options)
-        if full:
-            if trainer.args.process_index == 0:
-                torch.save(state, os.path.join(output_dir, f"{FSDP_OPTIMIZER_NAME}.bin"))
-            return
-        import torch.distributed.checkpoint as dcp
-
-        folder = os.path.join(output_dir, f"{FSDP_OPTIMIZER_NAME}_0")
-        os.makedirs(folder, exist_ok=True)
-        dcp.save({"optimizer": state}, storage_writer=dcp.FileSystemWriter(folder))
+        _write_state(
+            trainer, output_dir, FSDP_OPTIMIZER_NAME, "optimizer", _optimizer_state(trainer, options), full
+        )
 
 
 # ---- loading -----------------------------------------------------------------------------------------------
