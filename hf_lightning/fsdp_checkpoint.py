@@ -206,11 +206,15 @@ def save_fsdp_optimizer(trainer: Any, output_dir: str) -> None:
 
 def fsdp_model_files_present(checkpoint: str) -> bool:
     """Whether `checkpoint` holds FSDP model files (the reference's `is_fsdp_ckpt`)."""
-    if os.path.isfile(os.path.join(checkpoint, f"{FSDP_MODEL_NAME}.bin")):
+    return _fsdp_files_present(checkpoint, FSDP_MODEL_NAME)
+
+
+def _fsdp_files_present(checkpoint: str, name: str) -> bool:
+    """`<name>.bin` (a full state), or a folder whose name contains `name` (a distributed checkpoint)."""
+    if os.path.isfile(os.path.join(checkpoint, f"{name}.bin")):
         return True
     return os.path.isdir(checkpoint) and any(
-        FSDP_MODEL_NAME in name and os.path.isdir(os.path.join(checkpoint, name))
-        for name in os.listdir(checkpoint)
+        name in entry and os.path.isdir(os.path.join(checkpoint, entry)) for entry in os.listdir(checkpoint)
     )
 
 
@@ -316,12 +320,7 @@ def _read_sharded_optimizer(trainer: Any, options: Any, folder: str) -> dict[str
 
 def fsdp_optimizer_files_present(checkpoint: str) -> bool:
     """Whether `checkpoint` holds FSDP optimizer files (`optimizer.bin` or an `optimizer_*` folder)."""
-    if os.path.isfile(os.path.join(checkpoint, f"{FSDP_OPTIMIZER_NAME}.bin")):
-        return True
-    return os.path.isdir(checkpoint) and any(
-        FSDP_OPTIMIZER_NAME in name and os.path.isdir(os.path.join(checkpoint, name))
-        for name in os.listdir(checkpoint)
-    )
+    return _fsdp_files_present(checkpoint, FSDP_OPTIMIZER_NAME)
 
 
 def load_fsdp_resume_state(trainer: Any, files: Any) -> None:
