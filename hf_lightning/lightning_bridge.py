@@ -54,6 +54,7 @@ def build_lightning_trainer(
     `overrides` (the facade's `lightning_trainer_overrides`) are merged last: they take precedence over the
     translation, except `callbacks`, which are added after the engine's.
     """
+    from hf_lightning.lean_logging import use_lean_logger_connector
     from hf_lightning.loggers import build_loggers
 
     quiet_lightning_banners()
@@ -68,7 +69,9 @@ def build_lightning_trainer(
         kwargs["strategy"] = build_strategy(plan, model)
     kwargs["callbacks"] = list(plan.callbacks) + list(kwargs.get("callbacks") or []) + list(user_callbacks)
     kwargs = merge_lightning_overrides(kwargs, overrides or {})
-    return pl.Trainer(**kwargs)
+    trainer = pl.Trainer(**kwargs)
+    use_lean_logger_connector(trainer)
+    return trainer
 
 
 # ---- native lightning.Trainer overrides --------------------------------------------------------------
