@@ -74,7 +74,7 @@ class TrainingStepMixin:
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None
     ) -> torch.Tensor:
         """Forward, loss, the reference's accumulation scaling and backward (through Lightning) of one micro-batch."""
-        model.train()
+        ensure_train_mode(model)
         if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
             self.optimizer.train()
         inputs = self._prepare_inputs(inputs)
@@ -210,16 +210,13 @@ class TrainingStepMixin:
         self.current_flos = 0
 
     def _accumulate_loss(self, loss_step: torch.Tensor) -> None:
-        """Add a micro-batch loss to the logging window, with the reference's NaN/Inf filter (R6.3).
-
-        The filter is a `torch.where` on the device rather than the reference's Python `if`, so a
-        step does not wait for the device to report whether its loss was finite.
-        """
-        if self.args.logging_nan_inf_filter:
-            estimate = self._tr_loss / (1 + self.state.global_step - self._globalstep_last_logged)
-            self._tr_loss += torch.where(torch.isfinite(loss_step), loss_step, estimate)
-        else:
-            self._tr_loss += loss_step
+        """Add a micro-batch loss to the logging window, with the reference's NaN/Inf filter (R6.3), applied
+        when the window is read (hf_lightning/loss_window.py): a step never waits for the device."""
+        self._tr_loss.add(
+            loss_step,
+            steps_since_log=1 + self.state.global_step - self._globalstep_last_logged,
+            filter_non_finite=self.args.logging_nan_inf_filter,
+        )
 
     def _clip_grad_norm(self, model: nn.Module) -> float:
         """Clip at `max_grad_norm` (or only measure with clipping off) and return the pre-clip norm (R4.8)."""
@@ -252,8 +249,8 @@ class TrainingStepMixin:
         """Log, then evaluate, then save, as the flow callbacks decided (spec part 2, 2.17)."""
         if self.control.should_log and self.state.global_step > self._globalstep_last_logged:
             logs: dict[str, float] = {}
-            tr_loss_scalar = self._gather_mean(self._tr_loss).item()
-            self._tr_loss -= self._tr_loss
+            tr_loss_scalar = self._gather_mean(self._tr_loss.settle()).item()
+            self._tr_loss.reset()
             logs["loss"] = tr_loss_scalar / (self.state.global_step - self._globalstep_last_logged)
             if grad_norm is not None:
                 logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm
@@ -303,6 +300,18 @@ class TrainingStepMixin:
 
     def _deactivate_neftune(self) -> None:
         deactivate_neftune(self.model, self.neftune_hook_handle)
+
+
+def ensure_train_mode(model: nn.Module) -> None:
+    """`model.train()`, skipped when it could change nothing: every submodule already trains and none overrides
+    `train`. The reference calls it on every micro-batch; the skip saves a recursive `setattr` per submodule."""
+    for module in model.modules():
+        if not module.training or type(module).train is not _MODULE_TRAIN:
+            model.train()
+            return
+
+
+_MODULE_TRAIN = nn.Module.train
 
 
 def _clear_device_cache() -> None:

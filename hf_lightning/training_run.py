@@ -19,6 +19,7 @@ import torch
 from hf_lightning import resume, schedule
 from hf_lightning.lightning_bridge import build_lightning_trainer
 from hf_lightning.logger_adapters import send_run_texts
+from hf_lightning.loss_window import TrainLossWindow
 from hf_lightning.module import HFLightningModule
 from hf_lightning.outputs import TrainOutput
 from hf_lightning.seeding import seed_from_args
@@ -214,7 +215,7 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
     trainer._run = RunBookkeeping(values=values, ga=args.gradient_accumulation_steps, start_time=start_time)
     trainer._initial_num_input_tokens_seen = trainer.state.num_input_tokens_seen
     trainer._initial_global_step = trainer.state.global_step
-    trainer._tr_loss = torch.tensor(0.0, device=args.device)
+    trainer._tr_loss = TrainLossWindow(args.device)
     trainer._total_loss_scalar = 0.0
     trainer._globalstep_last_logged = trainer.state.global_step
     trainer._last_grad_norm = None
@@ -225,7 +226,6 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
 
     callback = _TrainBeginBridge(trainer, train_dataloader)
     lightning_trainer.callbacks.insert(0, callback)
-    lightning_trainer.callbacks.append(resume.StepBoundaryPoints(trainer))
     trainer._fitting = True
     try:
         lightning_trainer.fit(module, train_dataloaders=train_dataloader)
@@ -261,10 +261,13 @@ class _TrainBeginBridge(pl.Callback):
         facade._fire("on_train_begin")
         if facade.args.eval_on_start:
             facade._evaluate(facade._trial, facade._ignore_keys_for_eval, skip_scheduler=True)
+        # Lightning calls every callback on every batch, and this one is done. Rebinding the list (rather than
+        # removing from it) leaves the hook loop that is calling us undisturbed.
+        lightning_trainer.callbacks = [c for c in lightning_trainer.callbacks if c is not self]
 
 
 def _finalize_training(trainer: HFLightningTrainer, values, start_time: float, speed_metrics) -> TrainOutput:
-    trainer._total_loss_scalar += trainer._tr_loss.item()
+    trainer._total_loss_scalar += trainer._tr_loss.settle().item()
     num_steps_trained = trainer.state.global_step - trainer._initial_global_step
     train_loss = trainer._total_loss_scalar / max(num_steps_trained, 0.001)
     metrics = speed_metrics(
