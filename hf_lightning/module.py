@@ -19,6 +19,7 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.strategies import Strategy
 
 from hf_lightning import resume, schedule
+from hf_lightning.checkpoint_files import reach
 from hf_lightning.fsdp import gradient_sync_disabled
 from hf_lightning.loss import UnusedItemCountProbe
 from hf_lightning.precision import forward_autocast
@@ -66,6 +67,12 @@ def _is_plain_batch_transfer(module: pl.LightningModule) -> bool:
     return all(getattr(type(module), name) is getattr(pl.LightningModule, name) for name in _BATCH_TRANSFER_HOOKS)
 
 
+# Plain attributes set on every step: Lightning's current-hook name (set and restored around each hook) and
+# ours. `nn.Module.__setattr__` would look each one up among parameters, buffers and submodules first; none of
+# them is ever one of those, so the lookup can only end in `object.__setattr__`.
+_PLAIN_STEP_ATTRIBUTES = frozenset({"_current_fx_name", "_micro_batch_index", "sync_gradients"})
+
+
 class HFLightningModule(pl.LightningModule):
     """Wraps the user's model; every step delegates to the facade's overridable methods."""
 
@@ -81,6 +88,12 @@ class HFLightningModule(pl.LightningModule):
         self._update_dispatch = UpdateDispatch()
         # Whether this micro-batch closes the window (accelerate's `sync_gradients`; DeepSpeed reads it).
         self.sync_gradients = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _PLAIN_STEP_ATTRIBUTES:
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     def _plain_batch_transfer(self) -> bool:
         if self._plain_transfer is None:
@@ -126,6 +139,11 @@ class HFLightningModule(pl.LightningModule):
         if control.should_epoch_stop or control.should_training_stop or resume.all_windows_done(self.facade):
             return -1
         return None
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        # After every callback's `on_train_batch_end` (Lightning calls the module last): the step is logged,
+        # evaluated and saved. Fault tests stop the run here (checkpoint_files.reach).
+        reach(f"step:{self.facade.state.global_step}")
 
     def on_train_epoch_end(self) -> None:
         self.facade._on_epoch_end(self.current_epoch, self._micro_batch_index)
@@ -179,15 +197,15 @@ class HFLightningModule(pl.LightningModule):
 
     def _sync_context(self, is_last_in_window: bool):
         """Gradient all-reduce only on the window's last micro-batch (R2.5): `no_sync` of the DDP-wrapped model."""
+        if is_last_in_window:
+            return contextlib.nullcontext()
         model = self.facade.model_wrapped
         if getattr(self.trainer.strategy, "owns_gradient_sync", False):  # DeepSpeed: the engine's boundary
             return contextlib.nullcontext()
-        if not is_last_in_window and callable(getattr(model, "set_requires_gradient_sync", None)):
+        if callable(getattr(model, "set_requires_gradient_sync", None)):
             return gradient_sync_disabled(model)  # FSDP2's no_sync
         no_sync = getattr(model, "no_sync", None)
-        if is_last_in_window or not callable(no_sync):
-            return contextlib.nullcontext()
-        return no_sync()
+        return no_sync() if callable(no_sync) else contextlib.nullcontext()
 
     def _forward_precision_context(self):
         """The reference's forward autocast, unless the strategy owns mixed precision (FSDP2, as accelerate)."""

@@ -37,7 +37,6 @@ from hf_lightning.checkpoint_files import (
     WEIGHTS_NAME,
     clean_scratch_folders,
     get_last_checkpoint,
-    reach,
     read_model_state_dict,
     rng_state_file_name,
     safe_torch_load,
@@ -482,14 +481,3 @@ def _restore_rng(facade: HFLightningTrainer, point: ResumePoint) -> None:
                 f" {error}\nThis won't yield the same results as if the training had not been interrupted."
             )
 
-
-class StepBoundaryPoints(pl.Callback):
-    """Names each optimizer-step boundary `step:<global_step>` (after its log / evaluate / save) for fault tests."""
-
-    def __init__(self, facade: HFLightningTrainer):
-        self._facade = facade
-
-    def on_train_batch_end(
-        self, lightning_trainer: pl.Trainer, module: pl.LightningModule, *args: Any
-    ) -> None:
-        reach(f"step:{self._facade.state.global_step}")

@@ -44,7 +44,9 @@ class SeedableRandomSampler(RandomSampler):
         if self.generator is None:
             self.generator = _default_device_generator()
         self.generator.manual_seed(self.initial_seed + self.epoch)
-        yield from super().__iter__()
+        # The whole permutation at once (the same draws, when iteration starts): one generator frame per index
+        # instead of two, as this sits on every sample the loader fetches.
+        yield from list(super().__iter__())
         self.set_epoch(self.epoch + 1)
 
     def set_epoch(self, epoch: int) -> None:
