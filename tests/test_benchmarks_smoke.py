@@ -55,8 +55,10 @@ def test_smoke_runners_did_the_same_work(smoke_report):
 
 def test_smoke_report_has_targets_ratios_and_imports(smoke_report):
     assert [(t["workload"], t["baseline"]) for t in smoke_report["targets"]] == [
-        (w, b) for w, _, b, _ in report.TARGETS
+        (w, b) for w, _, b, _, _ in report.TARGETS
     ]
+    eval_targets = [t for t in smoke_report["targets"] if t["workload"] == "eval"]
+    assert [t["comparison"] for t in eval_targets] == [">=", ">="]  # throughput: higher is better
     assert all(t["status"] in ("met", "missed") for t in smoke_report["targets"])
     assert smoke_report["ratios"]["tiny"]["ms_per_step"]["transformers"]["median"] > 0
     ckpt = {r["runner"]: r for r in smoke_report["results"] if r["workload"] == "ckpt"}
