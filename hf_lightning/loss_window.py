@@ -33,8 +33,7 @@ class TrainLossWindow:
                 self._start = self.total.clone()
             self._terms.append((loss_step, steps_since_log))
             if len(self._terms) >= _MAX_KEPT_TERMS:
-                self.total += loss_step
-                self._fold_on_device()
+                self._fold_on_device()  # recomputes `total` from `_start`, this term included
                 return
         self.total += loss_step
 

@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks import report  # noqa: E402
 from benchmarks.host_syncs import SyncCounter  # noqa: E402
 from benchmarks.run import RUNNERS, group_jobs, plan_jobs  # noqa: E402
+from benchmarks.workloads import SCALES  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,12 @@ def test_jobs_are_interleaved_across_repeats():
     assert [(j["repeat"], j["runner"]) for j in jobs] == [(0, n) for n in runners] + [
         (1, n) for n in runners[1:] + runners[:1]
     ]
-    assert len(plan_jobs(["tiny", "cls"], "full")) == 6 * len(RUNNERS["tiny"]) + 3 * len(RUNNERS["cls"])
+    full = SCALES["full"]  # per-workload repeats where a scale names them, else its `repeats`
+    assert len(plan_jobs(["tiny", "cls", "clm"], "full")) == (
+        full["tiny_repeats"] * len(RUNNERS["tiny"])
+        + full["repeats"] * len(RUNNERS["cls"])
+        + full["clm_repeats"] * len(RUNNERS["clm"])
+    )
     assert all(len(group) == 1 for group in group_jobs(jobs, smoke=False))
     assert sum(len(group) for group in group_jobs(jobs, smoke=True)) == len(jobs)
 
