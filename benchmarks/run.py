@@ -189,6 +189,7 @@ def run_suite(options: argparse.Namespace) -> dict[str, Any]:
     report.update(
         scale=scale,
         cpus=options.cpus,
+        machine_cores=os.cpu_count(),
         threads=options.threads,
         elapsed_s=time.perf_counter() - started,
         date=time.strftime("%Y-%m-%d %H:%M"),
@@ -260,7 +261,8 @@ def publish(report: dict[str, Any], out: Path, readme: bool) -> int:
     if readme:
         header = (
             f"Measured {report['date']}, scale `{report['scale']}`, {_repeats_text(report['repeats'])}, "
-            f"cores `{report['cpus']}`, {report['threads']} thread(s); {report['elapsed_s']:.0f} s in all."
+            f"on a {report.get('machine_cores', '?')}-core machine, cores `{report['cpus']}`, "
+            f"{report['threads']} thread(s); {report['elapsed_s']:.0f} s in all."
         )
         update_readme(markdown, header)
     failed = bool(report["errors"] or report["step_count_problems"])
@@ -273,6 +275,7 @@ def render_saved(path: Path, out: Path, readme: bool) -> int:
     saved = json.loads(path.read_text())
     report = reporting.build_report(saved["results"], saved["repeats"], saved["imports"])
     report.update({key: saved[key] for key in ("scale", "cpus", "threads", "elapsed_s", "date", "results")})
+    report["machine_cores"] = saved.get("machine_cores", os.cpu_count())  # runs saved before it was recorded
     return publish(report, out, readme)
 
 
