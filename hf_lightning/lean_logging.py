@@ -1,7 +1,7 @@
 """Lightning's logger connector without its per-batch bookkeeping while nothing was logged with `self.log`.
 
-Around every training batch Lightning's `_LoggerConnector` attaches the batch to the result collection, then
-rebuilds the step's metric dicts from that collection and hands them to the loggers. The engine never calls
+After every training batch Lightning's `_LoggerConnector` rebuilds the step's metric dicts from its result
+collection and hands them to the loggers. The engine never calls
 `self.log` (the facade logs through `log_history`), so unless a user's Lightning callback does, the collection
 is empty and those dicts are empty: the work changes nothing, yet it costs a few microseconds per step (the
 `tiny` workload in benchmarks/). `LeanLoggerConnector` skips exactly that case and defers to Lightning for
@@ -9,8 +9,6 @@ everything else, so a callback calling `pl_module.log(...)` is logged as before.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
@@ -21,7 +19,7 @@ __all__ = ["LeanLoggerConnector", "use_lean_logger_connector"]
 
 
 class LeanLoggerConnector(_LoggerConnector):
-    """`_LoggerConnector` with the training-batch hooks short-cut while the result collection is empty."""
+    """`_LoggerConnector` with the training-batch-end hooks short-cut while the result collection is empty."""
 
     def _training_results(self) -> _ResultCollection | None:
         """The training result collection when the fit loop is training (what `trainer._results` resolves to
@@ -30,20 +28,6 @@ class LeanLoggerConnector(_LoggerConnector):
         if trainer.state.stage is RunningStage.TRAINING:
             return trainer.fit_loop.epoch_loop._results
         return None
-
-    def on_batch_start(self, batch: Any, dataloader_idx: int | None = None) -> None:
-        results = self._training_results()
-        if results is None:
-            super().on_batch_start(batch, dataloader_idx)
-            return
-        # Lightning's body, with the collection resolved above.
-        if self._first_loop_iter is None:
-            self._first_loop_iter = True
-        elif self._first_loop_iter is True:
-            self._first_loop_iter = False
-        results.batch = batch
-        results.batch_size = None
-        results.dataloader_idx = dataloader_idx
 
     def on_batch_end(self) -> None:
         results = self._training_results()
