@@ -148,6 +148,17 @@ def test_tensorboard_and_csv_hold_the_log_history(tmp_path):
     _assert_no_secret(str(tmp_path / "out"))
 
 
+# Two logged optimizer steps on CPU, nothing saved: the run both before-train logging tests make.
+TWO_LOGGED_STEPS = dict(
+    use_cpu=True,
+    save_strategy="no",
+    disable_tqdm=True,
+    per_device_train_batch_size=2,
+    max_steps=2,
+    logging_steps=1,
+)
+
+
 def test_evaluate_before_train_reaches_the_same_runs_as_training(tmp_path, monkeypatch):
     """The reference's integrations start at their first event: an evaluate() before train() is logged at step 0,
     and train() then writes to the same TensorBoard run and CSV file (ours under output_dir; the reference's
@@ -158,14 +169,7 @@ def test_evaluate_before_train_reaches_the_same_runs_as_training(tmp_path, monke
     monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
-    settings = dict(
-        use_cpu=True,
-        save_strategy="no",
-        disable_tqdm=True,
-        per_device_train_batch_size=2,
-        max_steps=2,
-        logging_steps=1,
-    )
+    settings = TWO_LOGGED_STEPS
     reference = transformers.Trainer(
         model=make_regression_mlp(),
         args=transformers.TrainingArguments(
@@ -210,16 +214,7 @@ def test_a_logger_override_also_receives_the_logs_from_before_train(tmp_path, ov
     from lightning.pytorch.loggers import CSVLogger
 
     mine = CSVLogger(save_dir=str(tmp_path / "mine"), name="", version="")
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        save_strategy="no",
-        disable_tqdm=True,
-        per_device_train_batch_size=2,
-        max_steps=2,
-        logging_steps=1,
-        report_to=["csv"],
-    )
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=["csv"], **TWO_LOGGED_STEPS)
     trainer = HFLightningTrainer(
         model=make_regression_mlp(),
         args=args,
