@@ -166,7 +166,7 @@ def _final_weights(trainer, output_dir: str) -> dict:
     """Whole-model weights on the CPU: gathered from the shards under FSDP, read from the consolidated
     `checkpoint-6/model.safetensors` under DeepSpeed (ZeRO-3 parameters are partitioned, empty tensors)."""
     if getattr(trainer, "is_fsdp_enabled", False):
-        from hf_lightning.fsdp_checkpoint import gather_full_state_dict
+        from hf_lightning.strategies.fsdp.checkpoint import gather_full_state_dict
 
         state = gather_full_state_dict(trainer.model_wrapped)
     elif getattr(trainer, "is_deepspeed_enabled", False):

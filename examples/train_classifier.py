@@ -10,7 +10,7 @@ import argparse
 
 # from transformers import Trainer, TrainingArguments
 from hf_lightning import Trainer, TrainingArguments
-from hf_lightning.embedded import build_embedded_run
+from hf_lightning.cli.embedded import build_embedded_run
 
 
 def main() -> None:

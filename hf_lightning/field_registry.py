@@ -1,62 +1,9 @@
-"""The field registry: every `TrainingArguments` / `Seq2SeqTrainingArguments` field exactly once,
-mapped to the handler that says how it is honoured or why it is refused.
+"""`python -m hf_lightning.field_registry` prints the README's table of arguments (a documented command).
 
-Handlers live in `hf_lightning/registry/`, grouped by theme; which later features have landed is
-switched in `hf_lightning/registry/features.py`.
+The registry itself lives in `hf_lightning/translation/field_registry.py`.
 """
 
-from __future__ import annotations
-
-from hf_lightning.registry import distributed, evaluation, reporting, system, training
-from hf_lightning.registry.core import FieldEntry, Handler
-from hf_lightning.registry.features import describe, landed_features
-
-
-def _build(*groups: list[FieldEntry]) -> dict[str, FieldEntry]:
-    registry: dict[str, FieldEntry] = {}
-    for group in groups:
-        for entry in group:
-            if entry.name in registry:
-                raise RuntimeError(f"field {entry.name!r} is registered twice")
-            registry[entry.name] = entry
-    return registry
-
-
-# In the reference's field order (spec part 1, 1.1).
-TRAINING_ARGUMENTS_REGISTRY: dict[str, FieldEntry] = _build(
-    training.ENTRIES,
-    reporting.ENTRIES,
-    evaluation.ENTRIES,
-    system.ENTRIES,
-    distributed.ENTRIES,
-    system.TAIL_ENTRIES,
-)
-SEQ2SEQ_REGISTRY: dict[str, FieldEntry] = _build(evaluation.SEQ2SEQ_ENTRIES)
-FIELD_REGISTRY: dict[str, FieldEntry] = _build(
-    list(TRAINING_ARGUMENTS_REGISTRY.values()), list(SEQ2SEQ_REGISTRY.values())
-)
-# The mapping table field name -> handler function.
-FIELD_HANDLERS: dict[str, Handler] = {name: entry.handler for name, entry in FIELD_REGISTRY.items()}
-
-
-def _support(entry: FieldEntry, landed: dict[str, bool]) -> str:
-    if entry.feature is None or landed[entry.feature]:
-        return "yes"
-    return f"pending: {describe(entry.feature)} has not landed (values that would change train() are refused)"
-
-
-def registry_markdown() -> str:
-    """The README table of arguments: field, default, support, and how it is honoured or why not."""
-    landed = landed_features()
-    lines = [
-        "| field | default | supported | how it is honoured / why refused |",
-        "|---|---|---|---|",
-    ]
-    for name, entry in FIELD_REGISTRY.items():
-        doc = entry.doc.replace("|", "\\|")
-        lines.append(f"| `{name}` | `{entry.default!r}` | {_support(entry, landed)} | {doc} |")
-    return "\n".join(lines) + "\n"
-
+from hf_lightning.translation.field_registry import registry_markdown
 
 if __name__ == "__main__":
     print(registry_markdown(), end="")

@@ -26,7 +26,7 @@ cells = [
     new_code_cell(
         "import torch\n"
         "\n"
-        "from hf_lightning.embedded import TOPICS, build_embedded_run\n"
+        "from hf_lightning.cli.embedded import TOPICS, build_embedded_run\n"
         "\n"
         "torch.set_num_threads(1)  # a tiny model: one thread is the fastest on a busy CPU\n"
         "OUTPUT_DIR = \"quickstart_output\"\n"
@@ -87,7 +87,7 @@ cells = [
     ),
     new_code_cell(
         "%matplotlib inline\n"
-        "from hf_lightning.plotting import plot_log_history\n"
+        "from hf_lightning.integrations.plotting import plot_log_history\n"
         "\n"
         "plot_log_history(trainer.state.log_history)"
     ),

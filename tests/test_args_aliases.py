@@ -10,8 +10,8 @@ import warnings
 import pytest
 from transformers import TrainingArguments as RefArgs
 
-from hf_lightning.args import Seq2SeqTrainingArguments, TrainingArguments
-from hf_lightning.args_aliases import V4_ALIASES
+from hf_lightning.args.aliases import V4_ALIASES
+from hf_lightning.args.training_args import Seq2SeqTrainingArguments, TrainingArguments
 
 
 def _build(**kwargs: object) -> TrainingArguments:

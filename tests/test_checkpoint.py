@@ -21,21 +21,21 @@ import pytest
 import safetensors.torch
 import torch
 
-from hf_lightning import checkpoint_files
+import hf_lightning.checkpoint.files as checkpoint_files
 from hf_lightning.callbacks import ExportableState, TrainerCallback, TrainerControl, TrainerState
-from hf_lightning.checkpoint import (
+from hf_lightning.checkpoint.files import (
+    COMPLETE_MARKER_NAME,
+    SAVE_POINTS,
+    fault_hook,
+    numpy_safe_globals,
+)
+from hf_lightning.checkpoint.saving import (
     CheckpointMixin,
     checkpoints_to_delete,
     checkpoints_to_delete_at_train_end,
     get_last_checkpoint,
     is_complete_checkpoint,
     training_args_to_plain_dict,
-)
-from hf_lightning.checkpoint_files import (
-    COMPLETE_MARKER_NAME,
-    SAVE_POINTS,
-    fault_hook,
-    numpy_safe_globals,
 )
 from tests.parity.models import make_regression_mlp, regression_data
 
@@ -564,7 +564,7 @@ def test_load_best_model_reads_sharded_safetensors(tmp_path):
 def test_load_best_model_warns_like_the_reference(tmp_path, caplog):
     trainer = StandIn(reference_args(tmp_path))
     trainer.state.best_model_checkpoint = str(tmp_path / "checkpoint-9")
-    with caplog.at_level(logging.WARNING, logger="hf_lightning.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="hf_lightning.checkpoint.saving"):
         trainer._load_best_model()
     assert (
         f"Could not locate the best model at {tmp_path / 'checkpoint-9' / 'pytorch_model.bin'}" in caplog.text
@@ -580,7 +580,7 @@ def test_load_best_model_reports_missing_and_unexpected_keys(tmp_path, caplog):
     weights["extra"] = torch.zeros(1)
     safetensors.torch.save_file(weights, str(folder / "model.safetensors"))
     trainer.state.best_model_checkpoint = str(folder)
-    with caplog.at_level(logging.WARNING, logger="hf_lightning.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="hf_lightning.checkpoint.saving"):
         trainer._load_best_model()
     assert "There were missing keys in the checkpoint model loaded: ['norm.bias']." in caplog.text
     assert "There were unexpected keys in the checkpoint model loaded: ['extra']." in caplog.text
@@ -921,8 +921,8 @@ def test_facade_run_writes_the_reference_folders(tmp_path, monkeypatch):
 
     from hf_lightning import TrainingArguments
     from hf_lightning.callbacks import TrainerCallback as OurCallback
-    from hf_lightning.registry import features
-    from hf_lightning.trainer import HFLightningTrainer
+    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.translation.registry import features
 
     # The save side has landed; until the switchboard says so for the whole "checkpoints" feature (resume
     # included), turn it on here.

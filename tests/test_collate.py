@@ -12,7 +12,7 @@ import transformers
 from transformers.data.data_collator import DataCollatorWithPadding as RefDataCollatorWithPadding
 from transformers.trainer_utils import RemoveColumnsCollator as RefRemoveColumnsCollator
 
-from hf_lightning.collate import (
+from hf_lightning.data.collate import (
     DataCollatorWithPadding,
     RemoveColumnsCollator,
     default_data_collator,

@@ -22,18 +22,20 @@ from transformers.trainer_pt_utils import LengthGroupedSampler as RefLengthGroup
 from transformers.trainer_pt_utils import get_length_grouped_indices as ref_get_length_grouped_indices
 from transformers.utils.generic import can_return_loss as ref_can_return_loss
 
-from hf_lightning.data import (
+from hf_lightning.data.dataloaders import (
     build_eval_dataloader,
     build_train_dataloader,
-    can_return_loss,
-    infer_label_names,
-    model_accepts_loss_kwargs,
     num_examples,
     seed_worker,
     set_train_epoch,
+)
+from hf_lightning.data.model_inputs import (
+    can_return_loss,
+    infer_label_names,
+    model_accepts_loss_kwargs,
     signature_columns,
 )
-from hf_lightning.seeding import set_seed
+from hf_lightning.engine.seeding import set_seed
 
 SEED_42_ORDERS = [
     [2, 6, 1, 8, 4, 5, 0, 9, 3, 7],
@@ -624,7 +626,7 @@ class Block(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Block())
 from types import SimpleNamespace
 import torch
-from hf_lightning.data import build_train_dataloader, set_train_epoch
+from hf_lightning.data.dataloaders import build_train_dataloader, set_train_epoch
 
 class Plain(torch.nn.Module):
     def forward(self, x, labels=None):

@@ -19,7 +19,7 @@ from accelerate.utils import DeepSpeedPlugin
 from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, deepspeed_optim_sched
 
 from hf_lightning import TrainingArguments
-from hf_lightning.deepspeed_config import (
+from hf_lightning.strategies.deepspeed.config import (
     apply_plugin_defaults,
     fill_at_argument_time,
     fill_at_train_start,
@@ -27,7 +27,7 @@ from hf_lightning.deepspeed_config import (
     load_deepspeed_config,
     resolve_deepspeed_config,
 )
-from hf_lightning.translate import Environment, translate
+from hf_lightning.translation.translate import Environment, translate
 
 GPU = Environment(cuda_available=True, cuda_device_count=1, installed_packages=frozenset({"deepspeed"}))
 
@@ -386,8 +386,8 @@ def _gpu_args(tmp_path, config: dict, **kwargs: object) -> TrainingArguments:
 def test_plan_holds_the_argument_time_config_and_the_strategy_the_final_one(tmp_path):
     from lightning.pytorch.strategies import DeepSpeedStrategy
 
-    from hf_lightning.deepspeed_strategy import HFDeepSpeedStrategy, build_deepspeed_strategy
-    from hf_lightning.translate import build_strategy
+    from hf_lightning.strategies.deepspeed.strategy import HFDeepSpeedStrategy, build_deepspeed_strategy
+    from hf_lightning.translation.translate import build_strategy
 
     args = _gpu_args(tmp_path, OFFLOAD_ZERO3, **SPEC_ARGS)
     plan = translate(args, GPU)
@@ -415,7 +415,7 @@ def test_plan_holds_the_argument_time_config_and_the_strategy_the_final_one(tmp_
 
 
 def test_strategy_finalisation_raises_mismatches_before_training(tmp_path):
-    from hf_lightning.deepspeed_strategy import build_deepspeed_strategy
+    from hf_lightning.strategies.deepspeed.strategy import build_deepspeed_strategy
 
     config = {
         "train_micro_batch_size_per_gpu": 2,

@@ -6,7 +6,7 @@ import deepspeed.ops.adagrad
 import deepspeed.ops.adam
 import torch
 
-from hf_lightning.deepspeed_strategy import _offload_ready_optimizer
+from hf_lightning.strategies.deepspeed.strategy import _offload_ready_optimizer
 
 OFFLOAD = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
 

@@ -10,7 +10,7 @@ import torch
 from deepspeed.runtime.fp16.loss_scaler import LossScaler
 from deepspeed.runtime.zero.config import ZeroStageEnum
 
-from hf_lightning.deepspeed_safe_load import TRUST_VARIABLE, verify_engine_checkpoint
+from hf_lightning.strategies.deepspeed.safe_load import TRUST_VARIABLE, verify_engine_checkpoint
 
 MARKER = "payload-ran"
 

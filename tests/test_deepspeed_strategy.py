@@ -26,7 +26,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from hf_lightning.deepspeed_strategy import EngineOptimizerView, EnginePrecision, EngineSchedulerView
+from hf_lightning.strategies.deepspeed.strategy import (
+    EngineOptimizerView,
+    EnginePrecision,
+    EngineSchedulerView,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,7 +119,7 @@ def _lift_cuda_guards() -> None:
     import lightning.pytorch.strategies.deepspeed as lightning_deepspeed
     from lightning.pytorch.strategies import DDPStrategy
 
-    from hf_lightning.deepspeed_strategy import HFDeepSpeedStrategy
+    from hf_lightning.strategies.deepspeed.strategy import HFDeepSpeedStrategy
 
     importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
     lightning_deepspeed._validate_device_index_selection = lambda devices: None
@@ -127,8 +131,8 @@ def _build(side: str, config: dict, output_dir: Path, **extra_args) -> object:
     import transformers
 
     from hf_lightning import TrainingArguments
-    from hf_lightning.trainer import HFLightningTrainer
-    from hf_lightning.translate import Environment
+    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.translation.translate import Environment
     from tests.parity.models import classification_data, make_tiny_bert_classifier
 
     model, data = make_tiny_bert_classifier(), classification_data(12)
@@ -450,8 +454,8 @@ class _RecordingModel(torch.nn.Module):
 
 def _recording_trainer(tmp_path, monkeypatch, deepspeed: dict | None):
     from hf_lightning import TrainingArguments
-    from hf_lightning.trainer import HFLightningTrainer
-    from hf_lightning.translate import Environment
+    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.translation.translate import Environment
 
     args = TrainingArguments(
         output_dir=str(tmp_path), bf16=True, use_cpu=True, deepspeed=deepspeed, report_to="none"
@@ -507,7 +511,7 @@ def test_deepspeed_input_dtype_is_the_references(tmp_path, sections, bf16, expec
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
 
     from hf_lightning import TrainingArguments
-    from hf_lightning.eval_utils import deepspeed_input_dtype
+    from hf_lightning.evaluation.helpers import deepspeed_input_dtype
 
     config = {"zero_optimization": {"stage": 2}, **sections}
     reference_config = HfTrainerDeepSpeedConfig(json.loads(json.dumps(config)))

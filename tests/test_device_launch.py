@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_lightning import device_launch
-from hf_lightning.args import TrainingArguments
+import hf_lightning.strategies.launch as device_launch
+from hf_lightning.args.training_args import TrainingArguments
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "distributed" / "device_launch_script.py"
@@ -104,7 +104,7 @@ def test_an_error_in_rank_zero_stops_the_other_ranks(tmp_path):
     script.write_text(
         "import os, sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from hf_lightning.device_launch import launch_over_devices\n"
+        "from hf_lightning.strategies.launch import launch_over_devices\n"
         "launch_over_devices(2)\n"
         "if os.environ['RANK'] == '0':\n"
         "    raise RuntimeError('rank 0 failed')\n"

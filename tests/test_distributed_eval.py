@@ -166,7 +166,7 @@ def test_seq2seq_loss_is_the_reference_and_rows_are_not_duplicated(launches, sin
 
 def test_uneven_eval_shards_are_refused(monkeypatch):
     from hf_lightning import TrainingArguments
-    from hf_lightning.distributed import check_even_eval_shards
+    from hf_lightning.strategies.distributed import check_even_eval_shards
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
@@ -187,7 +187,7 @@ def test_uneven_eval_shards_are_refused(monkeypatch):
 
 def test_a_launch_without_rendezvous_variables_is_refused(monkeypatch):
     from hf_lightning import TrainingArguments
-    from hf_lightning.distributed import ensure_process_group
+    from hf_lightning.strategies.distributed import ensure_process_group
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")

@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from hf_lightning import cli
-from hf_lightning.embedded import (
+import hf_lightning.cli.main as cli
+from hf_lightning.cli.embedded import (
     CHANCE_ACCURACY,
     FILLER_WORDS,
     NUM_LABELS,
@@ -221,7 +221,7 @@ def test_saved_model_reloads_with_identical_outputs(tmp_path):
 def test_build_embedded_run_gives_valid_reference_training_arguments(tmp_path):
     from transformers import TrainingArguments as ReferenceTrainingArguments
 
-    from hf_lightning.args import TrainingArguments
+    from hf_lightning.args.training_args import TrainingArguments
 
     run = build_embedded_run(tmp_path, seed=3, max_steps=7)
     assert len(run["train_dataset"]) == 4000 and len(run["eval_dataset"]) == 400
@@ -277,7 +277,7 @@ def test_plain_pytorch_loop_learns_the_task_well_above_chance(one_thread):
 def test_embedded_module_needs_no_transformers():
     script = BLOCK_TRANSFORMERS + textwrap.dedent(
         """
-        from hf_lightning.embedded import build_embedded_run
+        from hf_lightning.cli.embedded import build_embedded_run
         run = build_embedded_run("unused", train_size=10, eval_size=2)
         batch = run["data_collator"]([run["train_dataset"][0], run["train_dataset"][1]])
         assert run["model"](**batch)["logits"].shape == (2, 4)
@@ -301,7 +301,7 @@ def test_cli_import_is_light_and_help_exits_zero():
     script = textwrap.dedent(
         """
         import sys
-        import hf_lightning.cli as cli
+        import hf_lightning.cli.main as cli
         heavy = sorted({"torch", "lightning", "transformers"} & set(sys.modules))
         assert not heavy, heavy
         try:
@@ -335,8 +335,8 @@ def test_cli_runs_train_demo_when_no_command_is_given():
         None,
         1,
     )
-    assert cli.TRAINER_CLASS == "hf_lightning.trainer:HFLightningTrainer"
-    assert cli.TRAINING_ARGUMENTS_CLASS == "hf_lightning.args:TrainingArguments"
+    assert cli.TRAINER_CLASS == "hf_lightning.engine.trainer:HFLightningTrainer"
+    assert cli.TRAINING_ARGUMENTS_CLASS == "hf_lightning.args.training_args:TrainingArguments"
 
 
 @pytest.mark.parametrize("argv", [["--max-steps", "0"], ["--epochs", "-1"], ["--num-threads", "0"], ["frob"]])
@@ -380,7 +380,7 @@ def test_default_main_job_on_hf_lightning_without_transformers_learns_fast(tmp_p
     ours_dir, reference_dir = tmp_path / "ours", tmp_path / "reference"
     script = BLOCK_TRANSFORMERS + textwrap.dedent(
         f"""
-        from hf_lightning.cli import main
+        from hf_lightning.cli.main import main
         code = main(["--output-dir", {str(ours_dir)!r}])
         assert "transformers" not in sys.modules and "accelerate" not in sys.modules
         sys.exit(code)

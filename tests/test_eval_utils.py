@@ -10,7 +10,7 @@ import torch
 from transformers import trainer_pt_utils as ref_pt
 from transformers import trainer_utils as ref_utils
 
-from hf_lightning import eval_utils
+import hf_lightning.evaluation.helpers as eval_utils
 
 
 def _assert_same(ours, ref):
@@ -264,7 +264,7 @@ def test_is_out_of_memory_matches_accelerate(error):
 def test_metric_driven_schedulers_are_recognised():
     from transformers.optimization import GreedyLR as ReferenceGreedyLR
 
-    from hf_lightning.schedulers import GreedyLR
+    from hf_lightning.optim.schedulers import GreedyLR
 
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     assert eval_utils.is_metric_driven_scheduler(torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer))

@@ -22,10 +22,10 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from hf_lightning.callbacks import CallbackHandler, DefaultFlowCallback, TrainerControl, TrainerState
 from hf_lightning.callbacks import TrainerCallback as OurTrainerCallback
-from hf_lightning.data import can_return_loss, infer_label_names, model_accepts_loss_kwargs
-from hf_lightning.evaluation import EvaluationMixin
-from hf_lightning.loss import count_items_in_window, extract_loss
-from hf_lightning.outputs import EvalLoopOutput, PredictionOutput
+from hf_lightning.data.model_inputs import can_return_loss, infer_label_names, model_accepts_loss_kwargs
+from hf_lightning.engine.loss import count_items_in_window, extract_loss
+from hf_lightning.engine.outputs import EvalLoopOutput, PredictionOutput
+from hf_lightning.evaluation.loop import EvaluationMixin
 
 # ---------------------------------------------------------------------------------------------------------
 # the stand-in facade
@@ -906,7 +906,7 @@ import torch
 from torch import nn
 
 from hf_lightning.callbacks import CallbackHandler, DefaultFlowCallback, TrainerControl, TrainerState
-from hf_lightning.evaluation import EvaluationMixin
+from hf_lightning.evaluation.loop import EvaluationMixin
 
 
 class Plain(nn.Module):

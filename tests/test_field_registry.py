@@ -7,16 +7,16 @@ import dataclasses
 import pytest
 import transformers
 
-from hf_lightning import field_registry
-from hf_lightning.field_registry import (
+import hf_lightning.translation.field_registry as field_registry
+from hf_lightning.translation.field_registry import (
     FIELD_HANDLERS,
     FIELD_REGISTRY,
     SEQ2SEQ_REGISTRY,
     TRAINING_ARGUMENTS_REGISTRY,
     registry_markdown,
 )
-from hf_lightning.registry import distributed, evaluation, features, reporting, system, training
-from hf_lightning.registry.core import STATUSES, FieldEntry, always
+from hf_lightning.translation.registry import distributed, evaluation, features, reporting, system, training
+from hf_lightning.translation.registry.core import STATUSES, FieldEntry, always
 
 REFERENCE_FIELDS = [f.name for f in dataclasses.fields(transformers.TrainingArguments)]
 REFERENCE_SEQ2SEQ_FIELDS = [f.name for f in dataclasses.fields(transformers.Seq2SeqTrainingArguments)]

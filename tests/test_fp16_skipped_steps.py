@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import hf_lightning.lightning_bridge as bridge
+import hf_lightning.engine.lightning_bridge as bridge
 from hf_lightning import Trainer, TrainerCallback, TrainingArguments
-from hf_lightning.precision import forward_only_mixed_precision_class
+from hf_lightning.engine.precision import forward_only_mixed_precision_class
 from tests.parity.models import regression_data
 
 OVERFLOW_AT_STEPS = {2, 5}  # 1-based updates whose loss is made infinite

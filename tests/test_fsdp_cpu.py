@@ -100,7 +100,7 @@ def _assert_same_run(
 def test_fsdp_run_matches_the_reference(runs, name, reference_name, strategy):
     _, reference, ours = runs
     assert ours[name]["strategy"] == strategy
-    # Evaluation's autocast rule reads this (hf_lightning/evaluation.py): FSDP2 sharded the model, FSDP1 wrapped it.
+    # Evaluation's autocast rule reads this (hf_lightning/evaluation/loop.py): FSDP2 sharded the model, FSDP1 wrapped it.
     assert ours[name]["model_is_fsdp2"] is (strategy == "HFFSDP2Strategy")
     _assert_same_run(ours[name], reference[reference_name], name)
 

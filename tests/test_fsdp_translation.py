@@ -23,10 +23,10 @@ from torch.distributed.fsdp import (
 )
 
 import hf_lightning
-from hf_lightning.fsdp_strategy import HFFSDP2Strategy, HFFSDPStrategy, build_fsdp_strategy
-from hf_lightning.precision import forward_only_mixed_precision_class
-from hf_lightning.registry.distributed import fsdp_plugin_args
-from hf_lightning.translate import Environment, build_strategy, translate
+from hf_lightning.engine.precision import forward_only_mixed_precision_class
+from hf_lightning.strategies.fsdp.strategy import HFFSDP2Strategy, HFFSDPStrategy, build_fsdp_strategy
+from hf_lightning.translation.registry.distributed import fsdp_plugin_args
+from hf_lightning.translation.translate import Environment, build_strategy, translate
 from tests.parity.models import make_tiny_bert_classifier, make_tiny_gpt2
 
 GPU_2 = Environment(
@@ -442,7 +442,7 @@ def test_resume_needs_the_fsdp_weights_of_the_runs_layout(tmp_path, state_dict_t
     """Checked before training starts: a plain model.safetensors (or the other layout) is refused by name."""
     from types import SimpleNamespace
 
-    from hf_lightning.fsdp_checkpoint import check_resumable
+    from hf_lightning.strategies.fsdp.checkpoint import check_resumable
 
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path),

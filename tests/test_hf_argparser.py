@@ -24,10 +24,10 @@ from typing import Literal, Optional
 
 import pytest
 
-from hf_lightning.args import Seq2SeqTrainingArguments, TrainingArguments
-from hf_lightning.args_aliases import V4_ALIASES
-from hf_lightning.hf_argparser import HfArg, HfArgumentParser
-from hf_lightning.hf_argparser_v4 import V4_GROUP_TITLE, v4_alias_names
+from hf_lightning.args.aliases import V4_ALIASES
+from hf_lightning.args.hf_argparser import HfArg, HfArgumentParser
+from hf_lightning.args.hf_argparser_v4 import V4_GROUP_TITLE, v4_alias_names
+from hf_lightning.args.training_args import Seq2SeqTrainingArguments, TrainingArguments
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -526,7 +526,7 @@ def test_a_subclass_overriding_the_field_hook_is_used():
     """`_parse_dataclass_field` is the reference's per-field hook: a subclass that overrides it sees every field."""
     from dataclasses import dataclass
 
-    from hf_lightning.hf_argparser import HfArgumentParser as Ours
+    from hf_lightning.args.hf_argparser import HfArgumentParser as Ours
 
     seen = []
 

@@ -22,14 +22,14 @@ from transformers import trainer_utils as reference_utils
 
 from hf_lightning import TrainingArguments
 from hf_lightning.callbacks import TrainerCallback
-from hf_lightning.hp_search import (
+from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.integrations.hp_search import (
     BestRun,
     HPSearchBackend,
     MissingBackendError,
     default_compute_objective,
     default_hp_space_optuna,
 )
-from hf_lightning.trainer import HFLightningTrainer
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -228,7 +228,7 @@ def test_grid_search_matches_reference(tmp_path, caplog):
         sampler=optuna.samplers.GridSampler({"learning_rate": LEARNING_RATES}, seed=0),
         **kwargs,
     )
-    with caplog.at_level(logging.WARNING, logger="hf_lightning.hp_search"):
+    with caplog.at_level(logging.WARNING, logger="hf_lightning.integrations.hp_search"):
         ours = _search(
             "ours",
             tmp_path / "ours",
@@ -251,7 +251,7 @@ def test_grid_search_matches_reference(tmp_path, caplog):
     assert ours.trainer.hp_search_backend is None and reference.trainer.hp_search_backend is None
     assert ours.trainer.model is None and reference.trainer.model is None  # freed after each trial
     ours_warnings = [
-        r for r in caplog.records if r.name == "hf_lightning.hp_search" and "bogus_param" in r.getMessage()
+        r for r in caplog.records if r.name == "hf_lightning.integrations.hp_search" and "bogus_param" in r.getMessage()
     ]
     assert len(ours_warnings) == 3
 

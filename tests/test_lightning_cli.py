@@ -18,11 +18,11 @@ from lightning.pytorch.callbacks import ModelSummary
 from safetensors.torch import load_file
 from torch.utils.data import DataLoader
 
-from hf_lightning.args import TrainingArguments
-from hf_lightning.cli_data import CLI_VOCAB_SIZE, EmbeddedClassificationData
-from hf_lightning.embedded import TinyTransformerClassifier
-from hf_lightning.lightning_cli import main, parse, run
-from hf_lightning.trainer import HFLightningTrainer
+from hf_lightning.args.training_args import TrainingArguments
+from hf_lightning.cli.data_sources import CLI_VOCAB_SIZE, EmbeddedClassificationData
+from hf_lightning.cli.embedded import TinyTransformerClassifier
+from hf_lightning.cli.lightning_cli import main, parse, run
+from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.no_transformers import BLOCK_TRANSFORMERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +76,7 @@ def run_config(output_dir: Path, **args) -> dict:
             **args,
         },
         "model": {
-            "class_path": "hf_lightning.embedded.TinyTransformerClassifier",
+            "class_path": "hf_lightning.cli.embedded.TinyTransformerClassifier",
             "init_args": {
                 "vocab_size": CLI_VOCAB_SIZE,
                 "d_model": 32,
@@ -337,12 +337,12 @@ def test_examples_build_and_validate(tmp_path, one_thread, example):
 
 
 def test_console_entry_point_runs_a_config_without_transformers(tmp_path):
-    """`hf_lightning.cli:main` (the console script's target) reads sys.argv and dispatches `validate`; with
+    """`hf_lightning.cli.main:main` (the console script's target) reads sys.argv and dispatches `validate`; with
     transformers and accelerate unimportable, a plain-nn.Module config still runs."""
     config = write_yaml(tmp_path / "run.yaml", run_config(tmp_path / "run"))
     script = BLOCK_TRANSFORMERS + textwrap.dedent(
         f"""
-        from hf_lightning.cli import main
+        from hf_lightning.cli.main import main
         sys.argv = ["hf-lightning", "validate", "--config", {config!r}]
         code = main()
         assert "transformers" not in sys.modules
@@ -366,7 +366,7 @@ def test_fit_without_anything_to_plot_warns_instead_of_failing(tmp_path, capsys)
     """A run that logged nothing plottable (logging off, no evaluation) still ends cleanly, with a warning."""
     from types import SimpleNamespace
 
-    from hf_lightning.lightning_cli import _save_plot
+    from hf_lightning.cli.lightning_cli import _save_plot
 
     trainer = SimpleNamespace(
         is_world_process_zero=lambda: True,

@@ -20,7 +20,8 @@ from transformers.integrations.integration_utils import (
 from transformers.integrations.integration_utils import rewrite_logs as reference_rewrite_logs
 
 from hf_lightning import TrainingArguments
-from hf_lightning.loggers import (
+from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.integrations.loggers import (
     SUPPORTED_LOGGERS,
     build_loggers,
     default_mlflow_tracking_uri,
@@ -29,8 +30,7 @@ from hf_lightning.loggers import (
     resolve_wandb_mode,
     wandb_credentials_configured,
 )
-from hf_lightning.trainer import HFLightningTrainer
-from hf_lightning.translate import Environment, translate
+from hf_lightning.translation.translate import Environment, translate
 from tests.parity.models import make_regression_mlp, regression_data
 
 SECRET = "secret-token-123"
@@ -242,7 +242,7 @@ def test_tensorboard_writes_strings_as_text(tmp_path):
     from lightning.pytorch.loggers import TensorBoardLogger
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from hf_lightning.logger_adapters import send_to_logger
+    from hf_lightning.integrations.logger_adapters import send_to_logger
 
     tensorboard = TensorBoardLogger(save_dir=str(tmp_path), name="", version="")
     send_to_logger(tensorboard, {"loss": 0.5, "eval_note": "fine", "flag": True}, step=3)
@@ -545,7 +545,7 @@ def test_predict_metrics_reach_comet_only_among_the_other_backends(tmp_path):
     and CSV have no `on_predict` there, so they get nothing."""
     from lightning.pytorch.loggers import CometLogger, CSVLogger
 
-    from hf_lightning.logger_adapters import send_predict_metrics
+    from hf_lightning.integrations.logger_adapters import send_predict_metrics
 
     calls = []
     comet = CometLogger.__new__(CometLogger)  # comet_ml is not installed here: only the call is checked

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_lightning.loss import LabelSmoother, count_items_in_window, neftune_post_forward_hook
+from hf_lightning.engine.loss import LabelSmoother, count_items_in_window, neftune_post_forward_hook
 
 
 def test_label_smoother_matches_reference():

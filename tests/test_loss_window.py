@@ -8,8 +8,8 @@ import random
 import pytest
 import torch
 
-from hf_lightning import loss_window
-from hf_lightning.loss_window import TrainLossWindow
+import hf_lightning.engine.loss_window as loss_window
+from hf_lightning.engine.loss_window import TrainLossWindow
 
 
 def reference_tr_loss(

@@ -11,8 +11,8 @@ import torch
 import transformers
 
 from hf_lightning import TrainingArguments
-from hf_lightning.memory import TrainerMemoryTracker
-from hf_lightning.trainer import HFLightningTrainer
+from hf_lightning.engine.memory import TrainerMemoryTracker
+from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.parity.models import make_regression_mlp, regression_data
 
 MEMORY_KEY_PARTS = ("_mem_cpu_", "_mem_gpu_", "before_init_mem_")
@@ -148,7 +148,7 @@ def test_tracker_measures_an_allocation_and_derives_stages():
 
 
 def test_translation_honours_memory_metrics():
-    from hf_lightning.translate import translate
+    from hf_lightning.translation.translate import translate
 
     plan = translate(TrainingArguments(output_dir="unused", use_cpu=True, skip_memory_metrics=False))
     note = plan.notes["skip_memory_metrics"]

@@ -1,4 +1,4 @@
-"""Optimizers (spec R5.1-R5.3): hf_lightning.optim / adafactor against transformers' Trainer."""
+"""Optimizers (spec R5.1-R5.3): hf_lightning.optim.optimizers / adafactor against transformers' Trainer."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ from transformers import (
 from transformers.optimization import Adafactor as RefAdafactor
 from transformers.training_args import OptimizerNames
 
-from hf_lightning import optim as ours
-from hf_lightning.adafactor import Adafactor
-from hf_lightning.optim import (
+import hf_lightning.optim.optimizers as ours
+from hf_lightning.optim.adafactor import Adafactor
+from hf_lightning.optim.optimizers import (
     MissingOptimizerPackageError,
     build_parameter_groups,
     create_optimizer,
@@ -37,7 +37,7 @@ from hf_lightning.optim import (
     get_optimizer_cls_and_kwargs,
     parse_optim_args,
 )
-from hf_lightning.schedulers import get_scheduler
+from hf_lightning.optim.schedulers import get_scheduler
 
 # --------------------------------------------------------------------------------------------
 # Models
@@ -664,8 +664,8 @@ def test_optim_and_schedulers_work_without_transformers():
         "sys.modules['accelerate'] = None\n"
         "from types import SimpleNamespace\n"
         "import torch\n"
-        "from hf_lightning.optim import create_optimizer\n"
-        "from hf_lightning.schedulers import get_scheduler\n"
+        "from hf_lightning.optim.optimizers import create_optimizer\n"
+        "from hf_lightning.optim.schedulers import get_scheduler\n"
         "args = SimpleNamespace(optim='adafactor', optim_args=None, learning_rate=0.1, adam_beta1=0.9,\n"
         "                       adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.01)\n"
         "model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.LayerNorm(3))\n"
@@ -676,4 +676,4 @@ def test_optim_and_schedulers_work_without_transformers():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[:2] == ["hf_lightning.adafactor", "1"]
+    assert out.stdout.split()[:2] == ["hf_lightning.optim.adafactor", "1"]

@@ -8,7 +8,7 @@ import warnings
 import torch
 
 from hf_lightning import TrainingArguments
-from hf_lightning.precision import forward_autocast, forward_autocast_dtype, lightning_precision_kwargs
+from hf_lightning.engine.precision import forward_autocast, forward_autocast_dtype, lightning_precision_kwargs
 
 
 def test_lightning_gets_no_step_wide_autocast():
@@ -46,8 +46,8 @@ def test_evaluation_autocasts_as_the_reference_prepares_the_model(tmp_path, monk
     policy). An FSDP run's model not sharded yet (evaluate before train) keeps the autocast."""
     import types
 
-    from hf_lightning import evaluation
-    from hf_lightning.trainer import HFLightningTrainer
+    import hf_lightning.evaluation.loop as evaluation
+    from hf_lightning.engine.trainer import HFLightningTrainer
 
     sharded = torch.nn.Linear(2, 2)
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from hf_lightning import TrainingArguments
 from hf_lightning.callbacks import TrainerCallback
-from hf_lightning.checkpoint_files import (
+from hf_lightning.checkpoint.files import (
     COMPLETE_MARKER_NAME,
     KILL_AT_ENV,
     OPTIMIZER_NAME,
@@ -31,7 +31,7 @@ from hf_lightning.checkpoint_files import (
     TRAINING_ARGS_NAME,
     WEIGHTS_NAME,
 )
-from hf_lightning.trainer import HFLightningTrainer
+from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.parity.models import regression_data
 
 
@@ -214,7 +214,7 @@ def test_scaler_state_without_a_scaler_warns(stopped_run, straight, caplog):
     torch.save(torch.amp.GradScaler("cpu").state_dict(), stopped_run / "checkpoint-4" / SCALER_NAME)
     # A copy for the reference: our resumed run rotates checkpoint-4 away (save_total_limit=2).
     shutil.copytree(stopped_run / "checkpoint-4", stopped_run / "fp16-checkpoint")
-    with caplog.at_level("WARNING", logger="hf_lightning.resume"):
+    with caplog.at_level("WARNING", logger="hf_lightning.checkpoint.resume"):
         resumed = train(stopped_run, resume=str(stopped_run / "checkpoint-4"), model_seed=7)
     assert "no grad scaler" in caplog.text
     assert_bit_identical(weights(resumed), weights(straight))

@@ -13,7 +13,7 @@ from transformers.trainer_pt_utils import BatchRebalanceSampler as RefBatchRebal
 from transformers.trainer_pt_utils import LengthGroupedSampler as RefLengthGroupedSampler
 from transformers.trainer_pt_utils import get_length_grouped_indices as ref_get_length_grouped_indices
 
-from hf_lightning.samplers import (
+from hf_lightning.data.samplers import (
     BatchRebalanceSampler,
     BatchSamplerShard,
     LengthGroupedSampler,

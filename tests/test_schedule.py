@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hf_lightning import schedule
+import hf_lightning.engine.schedule as schedule
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Schedulers (spec R5.4): hf_lightning.schedulers against transformers.get_scheduler."""
+"""Schedulers (spec R5.4): hf_lightning.optim.schedulers against transformers.get_scheduler."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import transformers
 from transformers.optimization import GreedyLR as RefGreedyLR
 from transformers.trainer_utils import SchedulerType
 
-from hf_lightning import schedulers
-from hf_lightning.schedulers import GreedyLR, get_scheduler
+import hf_lightning.optim.schedulers as schedulers
+from hf_lightning.optim.schedulers import GreedyLR, get_scheduler
 
 W, T = 2, 10
 

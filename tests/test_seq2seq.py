@@ -24,8 +24,8 @@ from hf_lightning import (
     Seq2SeqTrainingArguments,
     TrainingArguments,
 )
-from hf_lightning.seq2seq import resolve_gen_kwargs
-from hf_lightning.translate import translate
+from hf_lightning.engine.seq2seq import resolve_gen_kwargs
+from hf_lightning.translation.translate import translate
 from tests.no_transformers import BLOCK_TRANSFORMERS
 from tests.parity.harness import assert_arrays_equal, assert_metrics_match, assert_predictions_equal
 from tests.parity.models import make_tiny_t5, pad_seq2seq_batch, seq2seq_data

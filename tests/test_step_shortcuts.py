@@ -9,11 +9,12 @@ import torch
 from lightning.pytorch.loggers import Logger
 from torch import nn
 
-from hf_lightning import TrainerCallback, TrainingArguments, lean_logging
-from hf_lightning.collate import RemoveColumnsCollator, default_data_collator
-from hf_lightning.lean_logging import LeanLoggerConnector
-from hf_lightning.step_methods import ensure_train_mode
-from hf_lightning.trainer import HFLightningTrainer
+import hf_lightning.engine.lean_logging as lean_logging
+from hf_lightning import TrainerCallback, TrainingArguments
+from hf_lightning.data.collate import RemoveColumnsCollator, default_data_collator
+from hf_lightning.engine.lean_logging import LeanLoggerConnector
+from hf_lightning.engine.step_methods import ensure_train_mode
+from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.parity.models import RegressionMLP, make_regression_mlp, regression_data
 
 

@@ -53,7 +53,7 @@ def test_constructor_errors_match_reference(tmp_path, name, error, arg_kwargs, t
     import transformers
 
     from hf_lightning import TrainingArguments
-    from hf_lightning.trainer import HFLightningTrainer
+    from hf_lightning.engine.trainer import HFLightningTrainer
 
     with pytest.raises(error):
         transformers.Trainer(args=_args(transformers.TrainingArguments, tmp_path, **arg_kwargs), **trainer_kwargs(make_regression_mlp()))
@@ -63,7 +63,7 @@ def test_constructor_errors_match_reference(tmp_path, name, error, arg_kwargs, t
 
 def test_bad_collator_is_a_type_error(tmp_path):
     from hf_lightning import TrainingArguments
-    from hf_lightning.trainer import HFLightningTrainer
+    from hf_lightning.engine.trainer import HFLightningTrainer
 
     class OldCollator:
         def collate_batch(self, features):
@@ -75,7 +75,7 @@ def test_bad_collator_is_a_type_error(tmp_path):
 
 def test_refused_field_fails_at_construction_naming_the_field(tmp_path):
     from hf_lightning import TrainingArguments
-    from hf_lightning.trainer import HFLightningTrainer
+    from hf_lightning.engine.trainer import HFLightningTrainer
 
     with pytest.raises(ValueError, match="push_to_hub"):
         HFLightningTrainer(
@@ -88,7 +88,7 @@ def test_refused_field_fails_at_construction_naming_the_field(tmp_path):
 
 def test_full_determinism_sets_environment_and_algorithms(tmp_path, monkeypatch):
     from hf_lightning import TrainingArguments
-    from hf_lightning.trainer import HFLightningTrainer
+    from hf_lightning.engine.trainer import HFLightningTrainer
 
     names = ("CUDA_LAUNCH_BLOCKING", "CUBLAS_WORKSPACE_CONFIG", "ASCEND_LAUNCH_BLOCKING", "HCCL_DETERMINISTIC", "FLASH_ATTENTION_DETERMINISTIC")
     for name in names:
@@ -105,7 +105,7 @@ def test_full_determinism_sets_environment_and_algorithms(tmp_path, monkeypatch)
 def test_printer_callback_drops_total_flos_from_metrics_quirk(tmp_path):
     """R6.6 quirk: with disable_tqdm=True the printer pops total_flos from TrainOutput.metrics only."""
     from hf_lightning import TrainingArguments
-    from hf_lightning.trainer import HFLightningTrainer
+    from hf_lightning.engine.trainer import HFLightningTrainer
 
     for disable_tqdm, expected in ((True, False), (False, True)):
         args = _args(TrainingArguments, tmp_path, disable_tqdm=disable_tqdm, save_strategy="no", max_steps=2)

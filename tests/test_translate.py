@@ -15,10 +15,10 @@ import transformers
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.strategies import DDPStrategy
 
-from hf_lightning.loggers import build_loggers, default_logdir, rewrite_logs
-from hf_lightning.registry import features
-from hf_lightning.registry.core import STATUSES
-from hf_lightning.translate import (
+from hf_lightning.integrations.loggers import build_loggers, default_logdir, rewrite_logs
+from hf_lightning.translation.registry import features
+from hf_lightning.translation.registry.core import STATUSES
+from hf_lightning.translation.translate import (
     Environment,
     Plan,
     build_strategy,
@@ -255,7 +255,7 @@ def test_deepspeed_without_cuda_is_refused(make_args):
 
 
 def test_n_gpu_under_deepspeed_follows_the_references_launch_rule(make_args, tmp_path):
-    from hf_lightning.translate import _accelerator, _n_gpu
+    from hf_lightning.translation.translate import _accelerator, _n_gpu
 
     # Without a launcher the reference's state is the single-process one: it counts this machine's GPUs.
     reference = transformers.TrainingArguments(
@@ -280,7 +280,7 @@ def test_n_gpu_under_deepspeed_follows_the_references_launch_rule(make_args, tmp
 def test_arguments_and_translation_count_gpus_by_one_rule(tmp_path, monkeypatch):
     """`TrainingArguments.n_gpu` and the translation share `reference_n_gpu`, DeepSpeed's launch rule included."""
     from hf_lightning import TrainingArguments
-    from hf_lightning.translate import _n_gpu
+    from hf_lightning.translation.translate import _n_gpu
 
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
@@ -309,7 +309,7 @@ def test_accelerate_use_cpu_switch_picks_the_cpu(make_args):
 
 
 def test_fsdp_on_cpu_runs_under_a_launch(make_args):
-    # torch runs FSDP on CPU with gloo (hf_lightning/fsdp.py); the reference falls back to DDP there.
+    # torch runs FSDP on CPU with gloo (hf_lightning/strategies/fsdp/policies.py); the reference falls back to DDP there.
     plan = translate(override(make_args(), fsdp=True), DDP_2)
     assert plan.strategy["name"] == "fsdp2"
     assert "distributed launch" in refusal(override(make_args(), fsdp=True), Environment())
@@ -562,7 +562,7 @@ def _plain_arguments(**values):
     """A duck-typed arguments object holding the registry's defaults in their post-init form."""
     from types import SimpleNamespace
 
-    from hf_lightning.field_registry import TRAINING_ARGUMENTS_REGISTRY
+    from hf_lightning.translation.field_registry import TRAINING_ARGUMENTS_REGISTRY
 
     fields = {name: entry.default for name, entry in TRAINING_ARGUMENTS_REGISTRY.items()}
     fields.update(output_dir="trainer_output", report_to=[], debug=[], activation_checkpointing=False)
@@ -587,7 +587,7 @@ def test_translate_runs_without_transformers_or_accelerate():
     code = (
         "import sys; sys.modules['transformers'] = None; sys.modules['accelerate'] = None\n"
         "from types import SimpleNamespace\n"
-        "from hf_lightning.translate import translate, explain, Environment\n"
+        "from hf_lightning.translation.translate import translate, explain, Environment\n"
         "from hf_lightning.field_registry import TRAINING_ARGUMENTS_REGISTRY as R\n"
         "fields = {n: e.default for n, e in R.items()}\n"
         "fields.update(output_dir='o', report_to=['csv'], debug=[], use_cpu=True)\n"
@@ -611,7 +611,7 @@ def test_translate_runs_without_transformers_or_accelerate():
     [{}, {"bf16": True, "gradient_accumulation_steps": 3, "report_to": "csv"}, {"save_strategy": "no"}],
 )
 def test_our_arguments_translate_like_the_reference_arguments(tmp_path, kwargs):
-    from hf_lightning.args import TrainingArguments
+    from hf_lightning.args.training_args import TrainingArguments
 
     ours = translate(TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **kwargs), CPU)
     reference = translate(

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from hf_lightning import TrainingArguments
-from hf_lightning.trainer import HFLightningTrainer
-from hf_lightning.update_dispatch import hook_dispatch_is_idle
+from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.engine.update_dispatch import hook_dispatch_is_idle
 from tests.parity.models import make_regression_mlp, regression_data
 
 
@@ -109,7 +109,7 @@ def test_a_profiler_subclassing_the_pass_through_one_keeps_the_dispatch():
 
 
 def test_a_module_overriding_backward_keeps_the_dispatch(tmp_path):
-    from hf_lightning.module import HFLightningModule
+    from hf_lightning.engine.module import HFLightningModule
 
     class LoudBackward(HFLightningModule):
         def backward(self, loss, *args, **kwargs):

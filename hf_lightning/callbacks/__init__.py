@@ -4,11 +4,17 @@ Mirrors transformers' `trainer_callback.py` without importing transformers; tran
 accepted by `CallbackHandler` as well.
 """
 
-from .base import EVENTS, CallbackHandler, TrainerCallback
-from .early_stopping import EarlyStoppingCallback, EarlyStoppingConfigError
-from .flow import DefaultFlowCallback
-from .printing import PrinterCallback, ProgressCallback, has_length
-from .state import ExportableState, TrainerControl, TrainerState, hp_params, is_exportable_state
+from hf_lightning.callbacks.base import EVENTS, CallbackHandler, TrainerCallback
+from hf_lightning.callbacks.early_stopping import EarlyStoppingCallback, EarlyStoppingConfigError
+from hf_lightning.callbacks.flow import DefaultFlowCallback
+from hf_lightning.callbacks.printing import PrinterCallback, ProgressCallback, has_length
+from hf_lightning.callbacks.state import (
+    ExportableState,
+    TrainerControl,
+    TrainerState,
+    hp_params,
+    is_exportable_state,
+)
 
 __all__ = [
     "EVENTS",

@@ -12,7 +12,7 @@ import logging
 import sys
 from typing import Any
 
-from .state import TrainerControl, TrainerState
+from hf_lightning.callbacks.state import TrainerControl, TrainerState
 
 logger = logging.getLogger(__name__)
 

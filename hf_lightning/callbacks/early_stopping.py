@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import TrainerCallback
-from .state import ExportableState, TrainerControl, TrainerState
+from hf_lightning.callbacks.base import TrainerCallback
+from hf_lightning.callbacks.state import ExportableState, TrainerControl, TrainerState
 
 logger = logging.getLogger(__name__)
 

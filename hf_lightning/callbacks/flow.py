@@ -5,8 +5,8 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from .base import TrainerCallback
-from .state import TrainerControl, TrainerState
+from hf_lightning.callbacks.base import TrainerCallback
+from hf_lightning.callbacks.state import TrainerControl, TrainerState
 
 
 def _strategy(value: Any) -> Any:

@@ -14,9 +14,9 @@ import sys
 import time
 from typing import Any
 
-from .base import TrainerCallback
-from .printing import ProgressCallback, has_length
-from .state import TrainerControl, TrainerState
+from hf_lightning.callbacks.base import TrainerCallback
+from hf_lightning.callbacks.printing import ProgressCallback, has_length
+from hf_lightning.callbacks.state import TrainerControl, TrainerState
 
 
 def is_in_notebook() -> bool:

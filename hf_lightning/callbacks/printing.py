@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import TrainerCallback
-from .state import TrainerControl, TrainerState
+from hf_lightning.callbacks.base import TrainerCallback
+from hf_lightning.callbacks.state import TrainerControl, TrainerState
 
 
 def has_length(obj: Any) -> bool:

@@ -1,4 +1,4 @@
-"""`python device_launch_script.py OUT self` makes itself 2 ranks (hf_lightning.device_launch); under
+"""`python device_launch_script.py OUT self` makes itself 2 ranks (hf_lightning.strategies.launch); under
 `torchrun --nproc_per_node=2 ... OUT torchrun` the launcher does. Each rank dumps what it saw as JSON."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ sys.path.insert(0, ROOT)
 
 def main(out_dir: str, mode: str) -> None:
     if mode == "self":
-        from hf_lightning.device_launch import launch_over_devices
+        from hf_lightning.strategies.launch import launch_over_devices
 
         launch_over_devices(2)  # what a plain run does by itself on a machine with 2 GPUs
     from hf_lightning import Trainer, TrainingArguments

@@ -74,7 +74,7 @@ def _full_weights(trainer, side: str) -> dict:
     import torch
 
     if side == "ours":
-        from hf_lightning.fsdp_checkpoint import gather_full_state_dict
+        from hf_lightning.strategies.fsdp.checkpoint import gather_full_state_dict
 
         state = gather_full_state_dict(trainer.model_wrapped)
     else:
@@ -92,7 +92,7 @@ def _listing(path: str) -> dict:
 
 
 def _is_fsdp2_model(model) -> bool:
-    from hf_lightning.fsdp import is_fsdp2_model
+    from hf_lightning.strategies.fsdp.policies import is_fsdp2_model
 
     return is_fsdp2_model(model)
 

@@ -18,10 +18,10 @@ import torch
 import transformers
 from torch import nn
 
+import hf_lightning.checkpoint.resume as resume_module
 from hf_lightning import TrainingArguments
-from hf_lightning import resume as resume_module
-from hf_lightning.checkpoint_files import COMPLETE_MARKER_NAME, OPTIMIZER_NAME
-from hf_lightning.trainer import HFLightningTrainer
+from hf_lightning.checkpoint.files import COMPLETE_MARKER_NAME, OPTIMIZER_NAME
+from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.parity.models import ListDataset, classification_data, make_tiny_bert_classifier, regression_data
 
 RUNTIME_SUFFIXES = ("_runtime", "_per_second")
@@ -485,7 +485,7 @@ class PlainLoaderTrainer(HFLightningTrainer):
     """A user override returning a torch DataLoader, which cannot skip by index: batches are replayed."""
 
     def get_train_dataloader(self):
-        from hf_lightning.collate import default_data_collator
+        from hf_lightning.data.collate import default_data_collator
 
         return torch.utils.data.DataLoader(self.train_dataset, batch_size=2, collate_fn=default_data_collator)
 
@@ -505,7 +505,7 @@ def test_plain_dataloader_from_an_override_is_fast_forwarded_by_replay(tmp_path,
             train_dataset=regression_data(12),
             callbacks=callbacks,
         )
-        with caplog.at_level("WARNING", logger="hf_lightning.resume"):
+        with caplog.at_level("WARNING", logger="hf_lightning.checkpoint.resume"):
             trainer.train(resume_from_checkpoint=resume)
         runs.append(trainer)
     assert "loaded and discarded" in caplog.text

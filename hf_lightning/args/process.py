@@ -1,0 +1,218 @@
+"""Process and device properties of ``TrainingArguments``, kept apart from the normalisation code.
+
+A mixin (not a dataclass; it adds no fields). Nothing here sets up accelerate or a process group: the
+ranks come from ``torch.distributed`` once it is initialised, else from the launcher's env variables
+(``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``), and the device is derived lazily without initialising CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+from hf_lightning.args.enums import ParallelMode
+from hf_lightning.args.fields import TRAINER_LOG_LEVELS
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TrainingArgumentsProcess", "mps_available", "transformers_verbosity"]
+
+
+def transformers_verbosity(logger_name: str = "transformers") -> int:
+    """transformers' current verbosity: its logger's level once imported, else what its import would set."""
+    if "transformers" in sys.modules:
+        return logging.getLogger(logger_name).getEffectiveLevel()
+    env_level = os.environ.get("TRANSFORMERS_VERBOSITY", "")
+    level = TRAINER_LOG_LEVELS.get(env_level, -1)
+    return level if level > 0 else logging.WARNING
+
+
+def _int_env(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip().lstrip("-").isdigit() else default
+
+
+def reference_n_gpu(
+    device_type: str, distributed: bool, cuda_device_count: int, deepspeed_launch: bool
+) -> int:
+    """The reference's `args.n_gpu`: 1 under DeepSpeed and a launcher on any device, a CPU included (its
+    DeepSpeed state keeps the initial 1); else 0 on CPU, every visible GPU on one unlaunched CUDA process
+    (the reference's DataParallel case) and 1 otherwise. The one rule behind `TrainingArguments.n_gpu` and
+    the translation's view of the machine."""
+    if deepspeed_launch:
+        return 1
+    if device_type == "cpu":
+        return 0
+    if device_type == "cuda" and not distributed:
+        return cuda_device_count
+    return 1
+
+
+def cpu_switch_on(environ: Mapping[str, str]) -> bool:
+    """Whether accelerate's `ACCELERATE_USE_CPU` switch is on in `environ` (it forces the CPU, as `use_cpu`)."""
+    return environ.get("ACCELERATE_USE_CPU", "false").lower() in ("1", "true", "yes", "on")
+
+
+def _launched() -> bool:
+    """Whether a launcher (torchrun, Lightning, mpirun via WORLD_SIZE) started this process."""
+    return _int_env("LOCAL_RANK", -1) != -1 or _int_env("WORLD_SIZE", 1) > 1
+
+
+def _dist_initialized() -> bool:
+    if "torch" not in sys.modules:
+        return False
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def mps_available() -> bool:
+    """Whether torch sees an Apple MPS device (imports torch)."""
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return mps is not None and mps.is_available()
+
+
+class TrainingArgumentsProcess:
+    """The process and device properties of the reference's ``TrainingArguments`` (ranks, device,
+    ``parallel_mode``, which process logs and saves), read lazily from the launcher's environment.
+
+    Reads the fields ``use_cpu``, ``ddp_timeout``, ``log_on_each_node``, ``save_on_each_node``,
+    ``log_level`` and ``log_level_replica`` of the dataclass it is mixed into.
+    """
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes (the launcher's ``WORLD_SIZE``; 1 when not launched)."""
+        if _dist_initialized():
+            return sys.modules["torch.distributed"].get_world_size()
+        return max(1, _int_env("WORLD_SIZE", 1)) if _launched() else 1
+
+    @property
+    def process_index(self) -> int:
+        """Global rank of this process."""
+        if _dist_initialized():
+            return sys.modules["torch.distributed"].get_rank()
+        return _int_env("RANK", 0) if _launched() else 0
+
+    @property
+    def local_process_index(self) -> int:
+        """Rank of this process on its node."""
+        return max(0, _int_env("LOCAL_RANK", 0)) if _launched() else 0
+
+    @property
+    def device(self) -> Any:
+        """The ``torch.device`` of this process, resolved once (the reference caches it too) without
+        initialising CUDA or a process group; the data path reads it for every tensor."""
+        resolved = self.__dict__.get("_resolved_device")
+        if resolved is None:
+            resolved = self.__dict__["_resolved_device"] = self._resolve_device()
+        return resolved
+
+    def _cpu_requested(self) -> bool:
+        """`use_cpu`, or accelerate's `ACCELERATE_USE_CPU` environment switch (which the reference also reads)."""
+        return bool(self.use_cpu) or cpu_switch_on(os.environ)
+
+    def _resolve_device(self) -> Any:
+        import torch
+
+        if self._cpu_requested():
+            return torch.device("cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda", self.local_process_index if self._is_distributed() else 0)
+        if mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+
+    @property
+    def n_gpu(self) -> int:
+        """GPUs used by this process (`reference_n_gpu`)."""
+        import torch
+
+        device_type = self.device.type
+        return reference_n_gpu(
+            device_type,
+            distributed=self._is_distributed(),
+            cuda_device_count=torch.cuda.device_count() if device_type == "cuda" else 0,
+            deepspeed_launch=bool(getattr(self, "deepspeed", None))
+            and _launched()
+            and not self._cpu_requested(),
+        )
+
+    def _is_distributed(self) -> bool:
+        return _launched() or (_dist_initialized() and self.world_size > 1)
+
+    @property
+    def parallel_mode(self) -> ParallelMode:
+        """``tpu`` / ``distributed`` (one process per device) / ``not_distributed`` (DataParallel) / ``not_parallel``."""
+        if importlib.util.find_spec("torch_xla") is not None:
+            return ParallelMode.TPU
+        if self._is_distributed():
+            return ParallelMode.DISTRIBUTED
+        if self.n_gpu > 1:
+            return ParallelMode.NOT_DISTRIBUTED
+        return ParallelMode.NOT_PARALLEL
+
+    @property
+    def ddp_timeout_delta(self) -> timedelta:
+        """``ddp_timeout`` as the ``timedelta`` process-group creation expects."""
+        return timedelta(seconds=self.ddp_timeout)
+
+    @property
+    def should_log(self) -> bool:
+        """Whether this process logs: the main process of each node, or only of node 0."""
+        return self.local_process_index == 0 if self.log_on_each_node else self.process_index == 0
+
+    @property
+    def should_save(self) -> bool:
+        """Whether this process writes checkpoints: the main process of each node, or only of node 0."""
+        return self.local_process_index == 0 if self.save_on_each_node else self.process_index == 0
+
+    def get_process_log_level(self) -> int:
+        """Log level of this process: ``log_level`` on logging processes, ``log_level_replica`` elsewhere.
+
+        ``passive`` means the current transformers verbosity (30 unless transformers changed it). An
+        unknown name raises ``KeyError``, as in the reference.
+        """
+        main = TRAINER_LOG_LEVELS[self.log_level]
+        replica = TRAINER_LOG_LEVELS[self.log_level_replica]
+        main = transformers_verbosity() if main == -1 else main
+        replica = transformers_verbosity() if replica == -1 else replica
+        return main if self.should_log else replica
+
+    @contextlib.contextmanager
+    def main_process_first(self, local: bool = True, desc: str = "work") -> Iterator[None]:
+        """Run the body on the main process (per node if ``local``) before the other processes run it."""
+        if self.world_size <= 1:
+            yield
+            return
+        if not _dist_initialized():
+            warnings.warn(
+                f"main_process_first({desc!r}): the torch.distributed process group is not initialised yet, so "
+                "the processes run the body without waiting for each other.",
+                stacklevel=3,
+            )
+            yield
+            return
+        import torch.distributed as dist
+
+        is_main = self.local_process_index == 0 if local else self.process_index == 0
+        try:
+            if not is_main:
+                logger.debug("%s: waiting for the main process to perform %s", self.process_index, desc)
+                dist.barrier()
+            yield
+        finally:
+            if is_main:
+                logger.debug(
+                    "%s: main process completed %s, releasing all replicas", self.process_index, desc
+                )
+                dist.barrier()

@@ -1,0 +1,483 @@
+"""Resuming training from a checkpoint: choosing it, loading it without running pickled code, fast-forwarding.
+
+The reference's `train(resume_from_checkpoint=...)` (spec part 2, 3.13-3.15; part 1 R2.10), split over the run:
+`prepare_resume` at `train()` entry (choose the folder, load the weights, read every file up front so a bad one is
+refused before training), `restore_trainer_state` where the reference's `_init_training_state` runs,
+`position_lightning_loops` before `fit` (Lightning's epoch and step counters start where the checkpoint stopped),
+`load_optimizer_and_scheduler` once Lightning has built them, then per epoch `enter_epoch` (skip the micro-batches
+already trained on, at the sampler level) and `sync_rng_after_first_window` (the reference restores the RNG after
+the first window of the resumed epoch, or at its start when nothing is skipped).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import random
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import lightning.pytorch as pl
+
+import hf_lightning.strategies.fsdp.checkpoint as fsdp_checkpoint
+from hf_lightning.callbacks import TrainerControl, TrainerState
+from hf_lightning.checkpoint.files import (
+    ADAPTER_SAFE_WEIGHTS_NAME,
+    ADAPTER_WEIGHTS_NAME,
+    OPTIMIZER_NAME,
+    SAFE_WEIGHTS_INDEX_NAME,
+    SAFE_WEIGHTS_NAME,
+    SCALER_NAME,
+    SCHEDULER_NAME,
+    TRAINER_STATE_NAME,
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+    clean_scratch_folders,
+    get_last_checkpoint,
+    read_model_state_dict,
+    rng_state_file_name,
+    safe_torch_load,
+)
+from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
+
+if TYPE_CHECKING:
+    from hf_lightning.engine.trainer import HFLightningTrainer
+
+logger = logging.getLogger(__name__)
+
+_WEIGHTS_FILES = (
+    SAFE_WEIGHTS_NAME,
+    WEIGHTS_NAME,
+    SAFE_WEIGHTS_INDEX_NAME,
+    WEIGHTS_INDEX_NAME,
+    ADAPTER_SAFE_WEIGHTS_NAME,
+    ADAPTER_WEIGHTS_NAME,
+)
+
+
+@dataclass
+class ResumeFiles:
+    """A chosen checkpoint and the torch files read from it at `train()` entry (consumed when applied)."""
+
+    checkpoint: str
+    names: list[str] = field(default_factory=list)
+    loaded: dict[str, Any] = field(default_factory=dict)
+
+    def take(self, name: str, map_location: Any = "cpu") -> Any:
+        """The file's content: the copy read at entry the first time, a fresh read after that.
+
+        A second use happens when `auto_find_batch_size` restarts the run; the first copy may by then share
+        tensors with the optimizer that trained.
+        """
+        if name in self.loaded:
+            return self.loaded.pop(name)
+        path = os.path.join(self.checkpoint, name)
+        return safe_torch_load(path, numpy_allowed=name.startswith("rng_state"), map_location=map_location)
+
+
+@dataclass
+class ResumePoint:
+    """Where the resumed run starts: the reference's `epochs_trained` and `steps_trained_in_current_epoch`."""
+
+    files: ResumeFiles
+    epochs_trained: int = 0
+    steps_trained_in_current_epoch: int = 0
+    entered: bool = False
+    rng_pending: bool = False
+    replay: int = 0
+
+
+# ---- train() entry -------------------------------------------------------------------------------------------
+
+
+def prepare_resume(
+    trainer: HFLightningTrainer, resume_from_checkpoint: str | bool | None
+) -> ResumeFiles | None:
+    """Choose the checkpoint, load the model weights into `trainer.model` and read the optimizer, scheduler,
+    scaler and RNG files; None when not resuming.
+
+    `True` picks the newest complete `checkpoint-N` in `output_dir` (scratch folders of killed saves are tidied
+    first, so a folder moved aside by a killed replacement counts again). Every file is read with
+    `torch.load(weights_only=True)` or safetensors: a file that would run pickled code is refused (ValueError).
+    """
+    if resume_from_checkpoint is None or resume_from_checkpoint is False:
+        return None
+    args = trainer.args
+    if resume_from_checkpoint is True:
+        checkpoint = _newest_complete_checkpoint(args)
+    elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
+        checkpoint = os.fspath(resume_from_checkpoint)
+    else:
+        raise ValueError(
+            f"resume_from_checkpoint={resume_from_checkpoint!r}: pass True (the newest checkpoint in output_dir), "
+            "a checkpoint folder path, or None."
+        )
+    weights_files = [name for name in _WEIGHTS_FILES if os.path.isfile(os.path.join(checkpoint, name))]
+    # FSDP: the weights and the optimizer load into the wrapped model at train start (fsdp_checkpoint.py).
+    fsdp = is_fsdp_plan(getattr(trainer, "plan", None))
+    # DeepSpeed: the engine loads its own checkpoint (`global_step*`: weights, optimizer, engine scheduler) once it
+    # exists, as the reference's `deepspeed_load_checkpoint`; the weights file is neither needed nor read here.
+    deepspeed = bool(getattr(trainer, "is_deepspeed_enabled", False))
+    if deepspeed:
+        if not glob.glob(os.path.join(checkpoint, "global_step*")):
+            raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
+    elif not weights_files and not (fsdp and fsdp_checkpoint.fsdp_model_files_present(checkpoint)):
+        raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
+    if fsdp:
+        fsdp_checkpoint.check_resumable(trainer, checkpoint)
+    state_path = os.path.join(checkpoint, TRAINER_STATE_NAME)
+    if not os.path.isfile(state_path):
+        raise ValueError(
+            f"Can't resume from {checkpoint}: it has no {TRAINER_STATE_NAME}, so the step to continue from is "
+            "unknown. Resume from a checkpoint written by Trainer.train(), or start a fresh run."
+        )
+    # Every torch file is read (and a bad one refused) before the model is touched.
+    files = ResumeFiles(checkpoint, names=_torch_files_to_restore(args, checkpoint, fsdp))
+    for name in files.names:
+        files.loaded[name] = files.take(
+            name, _optimizer_map_location(args) if name == OPTIMIZER_NAME else "cpu"
+        )
+    if not (fsdp or deepspeed):
+        _load_model_weights(trainer, checkpoint, weights_files)
+    if args.auto_find_batch_size:
+        saved_batch_size = TrainerState.load_from_json(state_path).train_batch_size
+        if saved_batch_size is not None:
+            trainer._train_batch_size = saved_batch_size
+    return files
+
+
+def _newest_complete_checkpoint(args: Any) -> str:
+    run_dir = args.output_dir
+    if os.path.isdir(run_dir) and args.should_save:
+        clean_scratch_folders(run_dir, token="")
+    _barrier()
+    checkpoint = get_last_checkpoint(run_dir) if os.path.isdir(run_dir) else None
+    if checkpoint is None:
+        raise ValueError(f"No valid checkpoint found in output directory ({run_dir})")
+    return checkpoint
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def _load_model_weights(trainer: HFLightningTrainer, checkpoint: str, present: list[str]) -> None:
+    """The reference's `_load_from_checkpoint` for a single-process / DDP model: non-strict load from CPU.
+
+    Not used under FSDP or DeepSpeed, whose strategies load the checkpoint into the wrapped model at train start.
+    """
+    logger.info(f"Loading model from {checkpoint}.")
+    _warn_on_version_mismatch(checkpoint)
+    model = trainer.model
+    whole_file = SAFE_WEIGHTS_NAME in present or WEIGHTS_NAME in present
+    adapter_only = not whole_file and set(present) <= {ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME}
+    if adapter_only:
+        if not (callable(getattr(model, "load_adapter", None)) and hasattr(model, "active_adapters")):
+            raise ValueError(
+                f"{checkpoint} holds only adapter weights ({', '.join(present)}), but the model is not a PEFT "
+                "model; resume with the PEFT-wrapped model that wrote it."
+            )
+        active_adapters = model.active_adapters
+        if len(active_adapters) > 1:
+            logger.warning("Multiple active adapters detected will only consider the first adapter")
+        model.load_adapter(checkpoint, active_adapters[0], is_trainable=True)
+        return
+    state_dict = read_model_state_dict(checkpoint)
+    load_result = model.load_state_dict(state_dict, False)
+    del state_dict
+    trainer._issue_warnings_after_load(load_result)
+
+
+def _warn_on_version_mismatch(checkpoint: str) -> None:
+    config_file = os.path.join(checkpoint, "config.json")
+    if not os.path.isfile(config_file):
+        return
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        installed = version("transformers")
+    except PackageNotFoundError:
+        return
+    with open(config_file, encoding="utf-8") as f:
+        saved = json.load(f).get("transformers_version")
+    if saved is not None and saved != installed:
+        logger.warning(
+            f"You are resuming training from a checkpoint trained with {saved} of Transformers but your current "
+            f"version is {installed}. This is not recommended and could yield to errors or unwanted behaviors."
+        )
+
+
+def _torch_files_to_restore(args: Any, checkpoint: str, fsdp: bool = False) -> list[str]:
+    """Optimizer + scheduler (only both), scaler and this process's RNG file, as far as they exist."""
+    names = []
+    has_optimizer = os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME))
+    if fsdp:  # FSDP's optimizer files are read at train start; the scheduler is listed only alongside them
+        if fsdp_checkpoint.fsdp_optimizer_files_present(checkpoint) and os.path.isfile(
+            os.path.join(checkpoint, SCHEDULER_NAME)
+        ):
+            names.append(SCHEDULER_NAME)
+    elif not has_optimizer and _has_sharded_optimizer(checkpoint):
+        raise ValueError(
+            f"{checkpoint} holds an FSDP / DeepSpeed optimizer state, which hf_lightning cannot resume yet; "
+            "resume it with the library that wrote it."
+        )
+    elif has_optimizer and os.path.isfile(os.path.join(checkpoint, SCHEDULER_NAME)):
+        names += [OPTIMIZER_NAME, SCHEDULER_NAME]
+    if os.path.isfile(os.path.join(checkpoint, SCALER_NAME)):
+        names.append(SCALER_NAME)
+    rng_name = rng_state_file_name(args.world_size, args.process_index)
+    if os.path.isfile(os.path.join(checkpoint, rng_name)):
+        names.append(rng_name)
+    elif args.world_size > 1:
+        logger.info(
+            f"Didn't find an RNG file for process {args.process_index}, if you are resuming a training that "
+            "wasn't launched in a distributed fashion, reproducibility is not guaranteed."
+        )
+    else:
+        logger.info(
+            "Didn't find an RNG file, if you are resuming a training that was launched in a distributed "
+            "fashion, reproducibility is not guaranteed."
+        )
+    return names
+
+
+def _has_sharded_optimizer(checkpoint: str) -> bool:
+    if os.path.isfile(os.path.join(checkpoint, "optimizer.bin")):
+        return True
+    return os.path.isdir(checkpoint) and any(
+        "optimizer" in name and os.path.isdir(os.path.join(checkpoint, name))
+        for name in os.listdir(checkpoint)
+    )
+
+
+def _optimizer_map_location(args: Any) -> Any:
+    # The reference: CPU for one process (no GPU memory spike), each process's device when distributed.
+    return args.device if args.world_size > 1 and args.device.type != "cpu" else "cpu"
+
+
+# ---- the trainer state (the reference's `_init_training_state`) ------------------------------------------------
+
+
+def restore_trainer_state(trainer: HFLightningTrainer, values: Any) -> ResumePoint | None:
+    """Replace the fresh `TrainerState` by the checkpoint's, restore callbacks, and compute the fast-forward."""
+    files = getattr(trainer, "_resume_files", None)
+    if files is None:
+        return None
+    point = ResumePoint(files)
+    args = trainer.args
+    trainer.state = TrainerState.load_from_json(os.path.join(files.checkpoint, TRAINER_STATE_NAME))
+    best = trainer.state.best_model_checkpoint
+    if best is not None and not os.path.isdir(best):
+        logger.warning(
+            f"The best checkpoint {best} recorded in the resumed state does not exist anymore. Ignoring it for "
+            "this run."
+        )
+        trainer.state.best_model_checkpoint = None
+    _warn_on_argument_mismatch(args, trainer.state)
+    if args.restore_callback_states_from_checkpoint:
+        _load_callback_state(trainer)
+    upe = values.num_update_steps_per_epoch
+    point.epochs_trained = int(trainer.state.global_step // upe)
+    if not args.ignore_data_skip:
+        point.steps_trained_in_current_epoch = (
+            trainer.state.global_step % upe
+        ) * args.gradient_accumulation_steps
+    logger.info(
+        f"  Resuming training from checkpoint with epoch {point.epochs_trained} and global step "
+        f"{trainer.state.global_step}"
+    )
+    return point
+
+
+def _warn_on_argument_mismatch(args: Any, state: TrainerState) -> None:
+    """The reference's `compare_trainer_and_checkpoint_args`: a warning, never an error."""
+    mismatches = [
+        f"\n\t{name}: {getattr(args, name)} (from args) != {getattr(state, name)} (from trainer_state.json)"
+        for name in ("logging_steps", "eval_steps", "save_steps")
+        if getattr(args, name, None) is not None
+        and getattr(state, name, None) is not None
+        and getattr(args, name) != getattr(state, name)
+    ]
+    if state.train_batch_size is not None:
+        saved = state.train_batch_size // max(1, args.n_gpu)
+        if args.per_device_train_batch_size != saved:
+            mismatches.append(
+                f"\n\tper_device_train_batch_size: {args.per_device_train_batch_size} (from args) != {saved} "
+                "(from trainer_state.json)"
+            )
+    if mismatches:
+        logger.warning(
+            "Warning: The following arguments do not match the ones in the `trainer_state.json` within the "
+            "checkpoint directory: " + "".join(mismatches)
+        )
+
+
+def _load_callback_state(trainer: HFLightningTrainer) -> None:
+    """`restore_callback_states_from_checkpoint`: rebuild each stored callback as `cls(**args)` + attributes.
+
+    As the reference: the new instance replaces the old one and goes to the end of the callback list; the stored
+    `TrainerControl` replaces `trainer.control`; stored names without a current callback are warned about.
+    """
+    handler = trainer.callback_handler
+    current = handler.callbacks + [trainer.control]
+    not_found, rebuilt = [], []
+    for name, data in (trainer.state.stateful_callbacks or {}).items():
+        entries = data if isinstance(data, list) else [data]
+        same_class = [callback for callback in current if callback.__class__.__name__ == name]
+        if not same_class:
+            not_found.append(name)
+            continue
+        for callback, entry in zip(same_class, entries):
+            new_callback = type(callback)(**entry.get("args", {}))
+            for attribute, value in entry.get("attributes", {}).items():
+                setattr(new_callback, attribute, value)
+            if isinstance(callback, TrainerControl):
+                trainer.control = new_callback
+            else:
+                rebuilt.append(new_callback)
+            handler.remove_callback(type(new_callback))
+        logger.info("Continuing training from checkpoint, restoring any callbacks that were passed in")
+    if not_found:
+        logger.warning(
+            f"Checkpoint included callbacks not included in current configuration. Ignoring. ({', '.join(not_found)})"
+        )
+    for callback in rebuilt:
+        handler.add_callback(callback)
+
+
+# ---- Lightning, optimizer and scheduler --------------------------------------------------------------------------
+
+
+def position_lightning_loops(trainer: HFLightningTrainer, lightning_trainer: pl.Trainer) -> None:
+    """Start Lightning's counters at the checkpoint: `current_epoch` = epochs trained, `global_step` = the state's.
+
+    Lightning then stops at the reference's `max_steps` / epoch count, and the module's epoch index is the
+    reference's. Set before `fit`; Lightning resets neither counter when it starts without a Lightning checkpoint.
+    """
+    point = getattr(trainer, "_resume", None)
+    if point is None:
+        return
+    fit_loop = lightning_trainer.fit_loop
+    for progress in (fit_loop.epoch_progress.total, fit_loop.epoch_progress.current):
+        progress.ready = progress.started = progress.processed = progress.completed = point.epochs_trained
+    steps = fit_loop.epoch_loop.manual_optimization.optim_step_progress.total
+    steps.ready = steps.completed = trainer.state.global_step
+    fit_loop.epoch_loop._batches_that_stepped = trainer.state.global_step
+
+
+def load_optimizer_and_scheduler(trainer: HFLightningTrainer, lightning_trainer: pl.Trainer) -> None:
+    """Load `optimizer.pt` / `scheduler.pt` (both or neither) and `scaler.pt` into what Lightning set up."""
+    point = getattr(trainer, "_resume", None)
+    if point is None:
+        return
+    files = point.files
+    names = files.names
+    if is_fsdp_plan(trainer.plan):  # model, optimizer and scheduler into what the FSDP strategy wrapped
+        fsdp_checkpoint.load_fsdp_resume_state(trainer, files)
+    elif OPTIMIZER_NAME in names:
+        trainer.optimizer.load_state_dict(files.take(OPTIMIZER_NAME, _optimizer_map_location(trainer.args)))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
+            trainer.lr_scheduler.load_state_dict(files.take(SCHEDULER_NAME))
+    if SCALER_NAME in names:
+        scaler = getattr(lightning_trainer.precision_plugin, "scaler", None)
+        if scaler is None:
+            logger.warning(
+                f"{files.checkpoint} holds an fp16 grad-scaler state ({SCALER_NAME}) but this run has no grad "
+                "scaler (fp16=False); the scaler state is not restored."
+            )
+        else:
+            scaler.load_state_dict(files.take(SCALER_NAME))
+
+
+# ---- the resumed epoch ------------------------------------------------------------------------------------------
+
+
+def enter_epoch(facade: HFLightningTrainer, epoch: int) -> int:
+    """At the start of epoch `epoch`: fast-forward when it is the resumed one; returns the micro-batch index to
+    continue from (-1: the epoch's start).
+
+    The skipped micro-batches are dropped at the sampler level (no item is loaded). With nothing to skip (an
+    epoch boundary, or `ignore_data_skip`) the RNG is restored now, before the epoch draws anything.
+    """
+    point = getattr(facade, "_resume", None)
+    if point is None or point.entered or epoch != point.epochs_trained:
+        return -1
+    point.entered = True
+    skip = point.steps_trained_in_current_epoch
+    if skip == 0:
+        _restore_rng(facade, point)
+        return -1
+    run = facade._run
+    run.updates_done_in_epoch = skip // run.ga
+    dataloader = facade.callback_handler.train_dataloader
+    if callable(getattr(dataloader, "skip_first_batches_once", None)):
+        dataloader.skip_first_batches_once(skip)
+    else:
+        logger.warning(
+            f"The train DataLoader ({type(dataloader).__name__}) cannot skip batches by index; the {skip} batches "
+            "already trained on in this epoch are loaded and discarded. Return hf_lightning's HFDataLoader from "
+            "get_train_dataloader to skip them without loading."
+        )
+        point.replay = skip
+    point.rng_pending = True
+    logger.info(f"  Fast-forwarding the dataloader past {point.epochs_trained} epochs and {skip} batches.")
+    return skip - 1
+
+
+def skip_replayed_batches(facade: HFLightningTrainer, dataloader_iter: Any) -> None:
+    """Before the first window of the resumed epoch: discard the batches a plain DataLoader could not skip."""
+    point = getattr(facade, "_resume", None)
+    if point is None or not point.replay:
+        return
+    remaining, point.replay = point.replay, 0
+    for _ in range(remaining):
+        next(dataloader_iter)
+
+
+def sync_rng_after_first_window(facade: HFLightningTrainer) -> None:
+    """After the resumed epoch's first window is fetched: restore the checkpoint's RNG (the reference's
+    `rng_to_sync`), so every draw from here on equals the uninterrupted run's."""
+    point = getattr(facade, "_resume", None)
+    if point is not None and point.rng_pending:
+        point.rng_pending = False
+        _restore_rng(facade, point)
+
+
+def all_windows_done(facade: HFLightningTrainer) -> bool:
+    """Whether this epoch has had all its updates: the reference's epoch loop runs exactly
+    `num_update_steps_per_epoch` windows (a resumed epoch's DataLoader has fewer batches than its `len`)."""
+    run = facade._run
+    return run is not None and run.updates_done_in_epoch >= run.values.num_update_steps_per_epoch
+
+
+def _restore_rng(facade: HFLightningTrainer, point: ResumePoint) -> None:
+    """The reference's `_load_rng_state`: Python, NumPy, torch CPU and (when present) CUDA generators."""
+    import numpy as np
+    import torch
+
+    names = [name for name in point.files.names if name.startswith("rng_state")]
+    if not names:
+        return
+    states = point.files.loaded[names[0]]  # kept: an auto_find_batch_size restart restores it again
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.random.set_rng_state(states["cpu"])
+    if torch.cuda.is_available():
+        try:
+            if getattr(facade.args.parallel_mode, "value", facade.args.parallel_mode) == "distributed":
+                torch.cuda.random.set_rng_state_all(states["cuda"])
+            else:
+                torch.cuda.random.set_rng_state(states["cuda"])
+        except Exception as error:
+            logger.error(
+                "Didn't manage to set back the RNG states of the CUDA because of the following error:\n"
+                f" {error}\nThis won't yield the same results as if the training had not been interrupted."
+            )
+

@@ -1,0 +1,510 @@
+"""Saving side of checkpoints for the trainer facade: `_save_checkpoint`, `save_model`, best-model tracking.
+
+Writes the reference's layout (spec part 2, section 3) atomically: everything goes into a hidden temporary
+sibling folder, which gets a completion marker last and is then renamed to `checkpoint-<step>`; old checkpoints
+are rotated out only after that. `training_args.bin` holds a plain, token-free dict, loadable with
+`torch.load(weights_only=True)` (the reference pickles its `TrainingArguments`, token included).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import os
+import random
+import shutil
+import warnings
+from typing import Any
+
+from hf_lightning.checkpoint.files import (
+    ADAPTER_SAFE_WEIGHTS_NAME,
+    ADAPTER_WEIGHTS_NAME,
+    OPTIMIZER_NAME,
+    SAFE_WEIGHTS_NAME,
+    SCALER_NAME,
+    SCHEDULER_NAME,
+    TRAINER_STATE_NAME,
+    TRAINING_ARGS_NAME,
+    WEIGHTS_NAME,
+    checkpoint_folder_name,
+    checkpoints_to_delete,
+    checkpoints_to_delete_at_train_end,
+    clean_scratch_folders,
+    commit_checkpoint,
+    delete_checkpoint,
+    fsync_tree,
+    get_last_checkpoint,
+    is_complete_checkpoint,
+    list_checkpoints,
+    reach,
+    read_model_state_dict,
+    rng_state_file_name,
+    rotate_checkpoints,
+    temporary_checkpoint_dir,
+    write_complete_marker,
+)
+from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CheckpointMixin",
+    "checkpoints_to_delete",
+    "checkpoints_to_delete_at_train_end",
+    "get_last_checkpoint",
+    "is_complete_checkpoint",
+    "training_args_to_plain_dict",
+]
+
+# Save strategies for which the reference records `best_global_step` (and so a best checkpoint).
+_BEST_TRACKING_SAVE_STRATEGIES = ("steps", "epoch", "best")
+
+
+def _value(enum_or_str: Any) -> Any:
+    return enum_or_str.value if isinstance(enum_or_str, enum.Enum) else enum_or_str
+
+
+def is_pretrained_model(model: Any) -> bool:
+    """Duck-typed `PreTrainedModel` (or PEFT model): it saves itself with `save_pretrained` and has a `config`."""
+    return callable(getattr(model, "save_pretrained", None)) and hasattr(model, "config")
+
+
+def unwrap_model(model: Any) -> Any:
+    """The user's module inside DDP / DataParallel (`.module`) and `torch.compile` (`._orig_mod`) wrappers."""
+    import torch
+
+    while True:
+        if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+            model = model.module
+        elif isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def _plain(value: Any, field: str) -> Any:
+    """`value` as types `torch.load(weights_only=True)` accepts (containers of str / numbers / bool / None)."""
+    import torch
+
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
+        return value
+    if isinstance(value, enum.Enum):
+        return _plain(value.value, field)
+    if isinstance(value, dict):
+        return {_plain(key, field): _plain(item, field) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(item, field) for item in value)
+    if isinstance(value, (set, frozenset)):
+        return {_plain(item, field) for item in value}
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if callable(getattr(value, "to_dict", None)):
+        return _plain(value.to_dict(), field)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value), field)
+    warnings.warn(
+        f"training_args.bin: field {field!r} holds a {type(value).__name__}, which is not a plain type; it is "
+        "stored as its str() so the file stays loadable with torch.load(weights_only=True).",
+        stacklevel=3,
+    )
+    return str(value)
+
+
+def training_args_to_plain_dict(args: Any) -> dict[str, Any]:
+    """`args.to_dict()` as plain types, with every `*_token` field replaced by its `<FIELD_TOKEN>` placeholder.
+
+    The reference's `to_dict` already redacts tokens; redacting again here keeps a secret off disk even when a
+    foreign arguments object does not.
+    """
+    to_dict = getattr(args, "to_dict", None)
+    if not callable(to_dict):
+        raise TypeError(
+            f"Cannot save the training arguments: {type(args).__name__} has no `to_dict()`. Pass a "
+            "`TrainingArguments` (hf_lightning's or transformers')."
+        )
+    plain = {}
+    for key, value in to_dict().items():
+        plain[key] = f"<{key.upper()}>" if key.endswith("_token") else _plain(value, key)
+    return plain
+
+
+class CheckpointMixin(MetricsIOMixin):
+    """Checkpoint writing, best-metric tracking and best-model loading, as the reference's `Trainer` does them.
+
+    The facade provides: `args`, `model`, `state`, `control`, `callback_handler`, `optimizer`, `lr_scheduler`,
+    `processing_class`, `data_collator`, `hp_search_backend`, `hp_name`, `store_flos()`, `lightning_trainer`
+    (or None) and `is_world_process_zero()`. Methods whose docstring says "all ranks" must be called by every
+    process of a distributed run (they hold collectives); the others act on the processes allowed to save.
+    """
+
+    # ---- where ----------------------------------------------------------------------------------------------
+
+    def _get_output_dir(self, trial: Any) -> str:
+        """The run folder: `output_dir`, or `output_dir/run-<id>` (or `hp_name(trial)`) during a search."""
+        backend = _value(getattr(self, "hp_search_backend", None))
+        if backend is None or trial is None:
+            return self.args.output_dir
+        if backend == "optuna":
+            run_id = trial.number
+        elif backend == "ray":
+            import ray.tune
+
+            run_id = ray.tune.get_context().get_trial_id()
+        elif backend == "wandb":
+            import wandb
+
+            run_id = wandb.run.id
+        else:
+            raise ValueError(
+                f"hp_search_backend={backend!r} is not supported; use 'optuna', 'ray' or 'wandb'."
+            )
+        hp_name = getattr(self, "hp_name", None)
+        run_name = hp_name(trial) if hp_name is not None else f"run-{run_id}"
+        return os.path.join(self.args.output_dir, run_name)
+
+    # ---- checkpoint ------------------------------------------------------------------------------------------
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """Write `checkpoint-<global_step>` atomically, then rotate old checkpoints (spec 3.6). All ranks.
+
+        Order as the reference: flos, model files, best checkpoint path, optimizer / scheduler / scaler / RNG,
+        trainer state; then (ours) fsync, completion marker, rename into place; then rotation.
+        """
+        if getattr(self, "hp_search_backend", None) is None and trial is None:
+            self.store_flos()
+        run_dir = self._get_output_dir(trial=trial)
+        final_dir = os.path.join(run_dir, checkpoint_folder_name(self.state.global_step))
+        token = _shared_token()
+        temporary_dir = temporary_checkpoint_dir(run_dir, self.state.global_step, token)
+        should_save = self.args.should_save
+        previous_best = self.state.best_model_checkpoint
+        try:
+            if should_save:
+                shutil.rmtree(temporary_dir, ignore_errors=True)
+                os.makedirs(temporary_dir)
+            _barrier()
+            self.save_model(temporary_dir, _internal_call=True)
+            self._update_best_model_checkpoint(run_dir, final_dir)
+            if not self.args.save_only_model:
+                self._save_optimizer_and_scheduler(temporary_dir)
+                self._save_scaler(temporary_dir)
+                self._save_rng_state(temporary_dir)
+            if should_save:
+                self._save_trainer_state(temporary_dir)
+            _barrier()
+            if should_save:
+                reach("fsync")
+                fsync_tree(temporary_dir)
+                reach("marker")
+                write_complete_marker(temporary_dir, self.state.global_step)
+                commit_checkpoint(temporary_dir, final_dir, token)
+        except BaseException:
+            self.state.best_model_checkpoint = previous_best
+            if should_save:
+                # Every scratch folder of this save goes (an existing folder moved aside comes back).
+                clean_scratch_folders(run_dir, token="")
+            raise
+        if self.args.push_to_hub:
+            push = getattr(self, "_push_from_checkpoint", None)
+            if push is None:
+                raise ValueError(
+                    "push_to_hub=True is not supported yet by hf_lightning; set push_to_hub=False."
+                )
+            push(final_dir)
+        if should_save:
+            # Scratch of killed saves first, so a restored aside folder takes part in the rotation.
+            clean_scratch_folders(run_dir, token)
+            reach("rotate")
+            rotate_checkpoints(
+                run_dir,
+                self.args.save_total_limit,
+                self.state.best_model_checkpoint,
+                newest=final_dir,
+                token=token,
+            )
+
+    def _update_best_model_checkpoint(self, run_dir: str, final_dir: str) -> None:
+        # The reference sets the path once the best step's folder exists; the folder being written now exists
+        # under its final name only after the commit, and trainer_state.json must already name it.
+        best_step = self.state.best_global_step
+        if _value(self.args.save_strategy) not in _BEST_TRACKING_SAVE_STRATEGIES or not best_step:
+            return
+        best_dir = os.path.join(run_dir, checkpoint_folder_name(best_step))
+        if best_dir == final_dir or os.path.exists(best_dir):
+            self.state.best_model_checkpoint = best_dir
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        """`optimizer.pt` and `scheduler.pt` (their `state_dict()`), on the processes allowed to save."""
+        import torch
+
+        if getattr(self, "is_deepspeed_enabled", False):  # every rank: the engine's files (+ scheduler.pt)
+            from hf_lightning.strategies.deepspeed.strategy import save_deepspeed_optimizer_and_scheduler
+
+            save_deepspeed_optimizer_and_scheduler(self, output_dir)
+            return
+        fsdp = getattr(self, "is_fsdp_enabled", False)
+        if fsdp:  # every rank: FSDP's model and optimizer files, named as accelerate names them
+            from hf_lightning.strategies.fsdp.checkpoint import save_fsdp_model, save_fsdp_optimizer
+
+            save_fsdp_model(self, output_dir)
+            save_fsdp_optimizer(self, output_dir)
+        if not self.args.should_save:
+            return
+        if not fsdp:
+            reach("optimizer")
+            torch.save(self.optimizer.state_dict(), os.path.join(output_dir, OPTIMIZER_NAME))
+        reach("scheduler")
+        with warnings.catch_warnings():
+            # torch warns that a scheduler's state is saved without the optimizer's; the reference hides it too.
+            warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
+            torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+
+    def _save_scaler(self, output_dir: str) -> None:
+        """`scaler.pt` when Lightning's precision plugin holds an AMP grad scaler (fp16)."""
+        import torch
+
+        lightning_trainer = getattr(self, "lightning_trainer", None)
+        scaler = getattr(getattr(lightning_trainer, "precision_plugin", None), "scaler", None)
+        if scaler is None or not self.args.should_save:
+            return
+        torch.save(scaler.state_dict(), os.path.join(output_dir, SCALER_NAME))
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        """`rng_state.pth` (`rng_state_<rank>.pth` when distributed) with the reference's keys. Every process."""
+        import numpy as np
+        import torch
+
+        rng_states = {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "cpu": torch.random.get_rng_state(),
+        }
+        if torch.cuda.is_available():
+            if _value(self.args.parallel_mode) == "distributed":
+                rng_states["cuda"] = torch.cuda.random.get_rng_state_all()
+            else:
+                rng_states["cuda"] = torch.cuda.random.get_rng_state()
+        os.makedirs(output_dir, exist_ok=True)
+        reach("rng")
+        file_name = rng_state_file_name(self.args.world_size, self.args.process_index)
+        torch.save(rng_states, os.path.join(output_dir, file_name))
+
+    def _save_trainer_state(self, output_dir: str) -> None:
+        # Refresh every exportable callback's entry (and TrainerControl's) from its current state. Several
+        # instances of one class are stored as a fresh list in callback order; the reference appends to the list
+        # it loaded, so it grows at each save and a resume restores the oldest states (docs/divergences.md).
+        from hf_lightning.callbacks import is_exportable_state
+
+        current: dict[str, Any] = {}
+        for callback in self.callback_handler.callbacks + [self.control]:
+            if not is_exportable_state(callback):
+                continue
+            name = callback.__class__.__name__
+            if name in current:
+                if not isinstance(current[name], list):
+                    current[name] = [current[name]]
+                current[name].append(callback.state())
+            else:
+                current[name] = callback.state()
+        self.state.stateful_callbacks = {**(self.state.stateful_callbacks or {}), **current}
+        reach("trainer_state")
+        self.state.save_to_json(os.path.join(output_dir, TRAINER_STATE_NAME))
+
+    # ---- best metric and best model --------------------------------------------------------------------------
+
+    def _determine_best_metric(self, metrics: dict[str, float], trial: Any) -> bool:
+        """Update `best_metric` (and `best_global_step`) from an evaluation; True when it improved (spec 3.7)."""
+        import numpy as np
+
+        if self.args.metric_for_best_model is None:
+            return False
+        metric_to_check = self.args.metric_for_best_model
+        if not metric_to_check.startswith("eval_"):
+            metric_to_check = f"eval_{metric_to_check}"
+        try:
+            metric_value = metrics[metric_to_check]
+        except KeyError as exc:
+            raise KeyError(
+                f"The `metric_for_best_model` training argument is set to '{metric_to_check}', which is not found in "
+                f"the evaluation metrics. The available evaluation metrics are: {list(metrics.keys())}. Consider "
+                "changing the `metric_for_best_model` via the TrainingArguments."
+            ) from exc
+        operator = np.greater if self.args.greater_is_better else np.less
+        if self.state.best_metric is None:
+            self.state.best_metric = float("-inf") if self.args.greater_is_better else float("inf")
+        if not operator(metric_value, self.state.best_metric):
+            return False
+        self.state.best_metric = metric_value
+        if _value(self.args.save_strategy) in _BEST_TRACKING_SAVE_STRATEGIES:
+            self.state.best_global_step = self.state.global_step
+        return True
+
+    def _load_best_model(self) -> None:
+        """Load the weights of `state.best_model_checkpoint` into `self.model` (non-strict, as the reference).
+
+        Reads safetensors (sharded or not) without pickle; a `pytorch_model.bin` of an older checkpoint is read with
+        `weights_only=True`. Missing weights only warn, as in the reference.
+        """
+
+        best_dir = self.state.best_model_checkpoint
+        logger.info(f"Loading best model from {best_dir} (score: {self.state.best_metric}).")
+        if getattr(self, "is_deepspeed_enabled", False):  # all ranks, from the engine's checkpoint
+            from hf_lightning.strategies.deepspeed.strategy import load_engine_checkpoint
+
+            strict = not _is_peft_like(self.model)
+            load_engine_checkpoint(self.model_wrapped, best_dir, load_module_strict=strict)
+            return
+        if getattr(self, "is_fsdp_enabled", False):  # all ranks, from the FSDP files (fsdp_checkpoint)
+            from hf_lightning.strategies.fsdp.checkpoint import load_fsdp_model
+
+            load_fsdp_model(self, best_dir)
+            return
+        model = self.model
+        if _is_peft_like(model) and any(
+            os.path.exists(os.path.join(best_dir, name))
+            for name in (ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME)
+        ):
+            model.load_adapter(best_dir, model.active_adapters[0])
+            return
+        state_dict = read_model_state_dict(best_dir)
+        if state_dict is None:
+            logger.warning(
+                f"Could not locate the best model at {os.path.join(best_dir, WEIGHTS_NAME)}, if you are running a "
+                "distributed training on multiple nodes, you should activate `--save_on_each_node`."
+            )
+            return
+        load_result = model.load_state_dict(state_dict, False)
+        self._issue_warnings_after_load(load_result)
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """Warn about missing / unexpected keys; re-tie weights when only the keys ignored at save are missing."""
+        if len(load_result.missing_keys) != 0:
+            ignored_on_save = getattr(self.model, "_keys_to_ignore_on_save", None)
+            if ignored_on_save and set(load_result.missing_keys) == set(ignored_on_save):
+                self.model.tie_weights()
+            else:
+                logger.warning(
+                    f"There were missing keys in the checkpoint model loaded: {load_result.missing_keys}."
+                )
+        if len(load_result.unexpected_keys) != 0:
+            logger.warning(
+                f"There were unexpected keys in the checkpoint model loaded: {load_result.unexpected_keys}."
+            )
+
+    def _after_training_rotation(self, trial: Any = None) -> None:
+        """End of training: with `save_total_limit == 1` and a best checkpoint, delete every other checkpoint."""
+        if not self.args.should_save or self.state.best_model_checkpoint is None:
+            return
+        run_dir = self._get_output_dir(trial if trial is not None else getattr(self, "_trial", None))
+        checkpoints = list_checkpoints(run_dir)
+        doomed = checkpoints_to_delete_at_train_end(
+            checkpoints, self.args.save_total_limit, self.state.best_model_checkpoint
+        )
+        if self.args.save_total_limit == 1 and len(checkpoints) > 1 and not doomed:
+            # Only when the best folder is gone; the reference raises FileNotFoundError here.
+            logger.warning(
+                f"save_total_limit=1: the best checkpoint {self.state.best_model_checkpoint} is not in {run_dir}; "
+                "no checkpoint was deleted at the end of training."
+            )
+        for path in doomed:
+            logger.info(f"Deleting older checkpoint [{path}] due to args.save_total_limit")
+            # Only the processes allowed to save get here, so no collective: the token is this process's pid.
+            delete_checkpoint(path, str(os.getpid()))
+
+    # ---- model files -----------------------------------------------------------------------------------------
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Save the model (and processing class, training args) so `from_pretrained()` can reload it."""
+        if output_dir is None:
+            output_dir = self.args.output_dir
+        if getattr(self, "is_deepspeed_enabled", False):  # all ranks: ZeRO-3 gathers (deepspeed_strategy)
+            from hf_lightning.strategies.deepspeed.strategy import save_deepspeed_model
+
+            save_deepspeed_model(self, output_dir)
+        elif getattr(self, "is_fsdp_enabled", False):  # all ranks gather (fsdp_checkpoint)
+            from hf_lightning.strategies.fsdp.checkpoint import save_fsdp_weights
+
+            save_fsdp_weights(self, output_dir)
+        else:
+            self._save(output_dir)
+        if self.args.push_to_hub and not _internal_call:
+            push_to_hub = getattr(self, "push_to_hub", None)
+            if push_to_hub is None:
+                raise ValueError(
+                    "push_to_hub=True is not supported yet by hf_lightning; set push_to_hub=False."
+                )
+            push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Weights (`save_pretrained` or a flat safetensors file), processing class files, `training_args.bin`."""
+        import safetensors.torch
+        import torch
+
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if not self.args.should_save:
+            return
+        os.makedirs(output_dir, exist_ok=True)
+        logger.info(f"Saving model checkpoint to {output_dir}")
+        reach("model")
+        if is_pretrained_model(self.model):
+            self.model.save_pretrained(
+                output_dir, state_dict=state_dict, is_main_process=self.args.should_save
+            )
+        else:
+            if state_dict is None:
+                state_dict = self.model.state_dict()
+            unwrapped = unwrap_model(self.model)
+            if is_pretrained_model(unwrapped):
+                unwrapped.save_pretrained(
+                    output_dir, state_dict=state_dict, is_main_process=self.args.should_save
+                )
+            else:
+                logger.info("Trainer.model is not a `PreTrainedModel`, only saving its state dict.")
+                safetensors.torch.save_file(
+                    state_dict, os.path.join(output_dir, SAFE_WEIGHTS_NAME), metadata={"format": "pt"}
+                )
+        processing_class = self.processing_class
+        if processing_class is None:
+            tokenizer = getattr(self.data_collator, "tokenizer", None)
+            if tokenizer is not None:
+                logger.info(
+                    "Saving Trainer.data_collator.tokenizer by default as Trainer.processing_class is `None`"
+                )
+            processing_class = tokenizer
+        if processing_class is not None:
+            reach("processing_class")
+            processing_class.save_pretrained(output_dir)
+        reach("training_args")
+        torch.save(training_args_to_plain_dict(self.args), os.path.join(output_dir, TRAINING_ARGS_NAME))
+
+    def save_state(self) -> None:
+        """Write `output_dir/trainer_state.json` (world process zero only), replacing any previous file at once."""
+        if not self.is_world_process_zero():
+            return
+        path = os.path.join(self.args.output_dir, TRAINER_STATE_NAME)
+        temporary = f"{path}.tmp-{os.getpid()}"
+        self.state.save_to_json(temporary)
+        os.replace(temporary, path)
+
+
+def _is_peft_like(model: Any) -> bool:
+    return callable(getattr(model, "load_adapter", None)) and hasattr(model, "active_adapters")
+
+
+def _shared_token() -> str:
+    """A name part for this save's scratch folders that every rank agrees on: the pid of rank 0."""
+    import torch.distributed as dist
+
+    token = [str(os.getpid())]
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(token, src=0)
+    return token[0]
+
+
+def _barrier() -> None:
+    """Wait for every rank of a distributed run (no-op in a single process)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()

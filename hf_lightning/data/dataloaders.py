@@ -1,0 +1,316 @@
+"""Train / eval / test DataLoaders built exactly as the reference builds and prepares them (spec section 3).
+
+DataLoader arguments and worker seeding (R3.8), whole-batch sharding across processes (R3.4), epoch
+forwarding (R3.7) and `num_examples`; the sampler choice and column removal come from `data.py`.
+transformers, accelerate and datasets are never imported here.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler, SequentialSampler
+
+from hf_lightning.data.collate import pick_default_collator
+from hf_lightning.data.model_inputs import (
+    accelerator_option,
+    apply_column_removal,
+    get_eval_sampler,
+    get_train_sampler,
+)
+from hf_lightning.data.samplers import BatchRebalanceSampler, shard_batches
+from hf_lightning.engine.seeding import set_seed
+
+_DATALOADER_ACCEPTS_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
+
+
+def seed_worker(worker_id: int, num_workers: int, rank: int) -> None:
+    """Seed Python, NumPy and torch in a worker from its torch seed, like the reference's `seed_worker`."""
+    set_seed(num_workers * rank + torch.initial_seed() % 2**32)
+
+
+def forward_set_epoch(dataloader: Any, epoch: int) -> None:
+    """Forward `epoch` to the batch sampler, the samplers inside it, or the dataset, as accelerate does."""
+    batch_sampler = getattr(dataloader, "batch_sampler", None)
+    if hasattr(batch_sampler, "set_epoch"):
+        batch_sampler.set_epoch(epoch)
+    if hasattr(batch_sampler, "sampler") and hasattr(batch_sampler.sampler, "set_epoch"):
+        batch_sampler.sampler.set_epoch(epoch)
+    inner = getattr(batch_sampler, "batch_sampler", None)
+    if hasattr(inner, "sampler") and hasattr(inner.sampler, "set_epoch"):
+        inner.sampler.set_epoch(epoch)
+    # [quirk] accelerate reaches the dataset only when the sharded inner sampler has no set_epoch.
+    elif hasattr(dataloader.dataset, "set_epoch"):
+        dataloader.dataset.set_epoch(epoch)
+
+
+class HFDataLoader(DataLoader):
+    """A DataLoader that iterates like accelerate's prepared loader.
+
+    It re-applies its epoch when an iteration starts and counts completed iterations, and it fetches one
+    batch ahead, so collation that draws random numbers interleaves with the model's draws exactly as in
+    the reference.
+    """
+
+    def __init__(self, dataset: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(dataset, *args, **kwargs)
+        self.iteration = 0
+        self._skip_next_iteration = 0
+        self._skipping_now = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch `epoch` (sampler order, dataset `set_epoch`)."""
+        self.iteration = epoch
+        forward_set_epoch(self, epoch)
+
+    def skip_first_batches_once(self, num_batches: int) -> None:
+        """Make the next iteration start at batch `num_batches` of its epoch (resume fast-forward).
+
+        A map-style dataset is skipped at the batch-index level: the skipped batches' indices are drawn from the
+        (batch) sampler but no item is loaded or collated, so the cost does not grow with the data skipped. An
+        IterableDataset has no indices: its first batches are loaded and discarded, as accelerate does. `len()`
+        is unchanged (it stays the epoch's length).
+        """
+        if num_batches < 0:
+            raise ValueError(f"skip_first_batches_once: num_batches must be >= 0, got {num_batches}.")
+        self._skip_next_iteration = num_batches
+
+    @property
+    def _index_sampler(self) -> Any:
+        # Read by torch's iterator when it is created: the skipping wrapper exists only for that moment, so
+        # `len(self)` and later epochs see the plain sampler (a persistent-worker iterator that keeps the wrapper
+        # finds its skip count spent).
+        sampler = super()._index_sampler
+        return _SkipFirst(sampler, self._skipping_now) if self._skipping_now else sampler
+
+    def __iter__(self) -> Iterator[Any]:
+        self.set_epoch(self.iteration)
+        skip, self._skip_next_iteration = self._skip_next_iteration, 0
+        replay = skip if isinstance(self.dataset, IterableDataset) else 0
+        self._skipping_now = skip - replay
+        try:
+            if self._skipping_now and self._iterator is not None:
+                # A persistent-worker iterator re-reads the index sampler it cached at creation.
+                self._iterator._index_sampler = self._index_sampler
+            iterator = super().__iter__()
+        finally:
+            self._skipping_now = 0
+        for _ in range(replay):
+            if next(iterator, _EXHAUSTED) is _EXHAUSTED:
+                return
+        try:
+            current = next(iterator)
+        except StopIteration:
+            return
+        while True:
+            try:
+                upcoming = next(iterator)
+            except StopIteration:
+                yield current
+                break
+            yield current
+            current = upcoming
+        self.iteration += 1
+
+
+_EXHAUSTED = object()
+
+
+class _SkipFirst:
+    """Iterate `sampler` without its first `skip` elements (indices or index lists), once: the skip is spent
+    by the first iteration."""
+
+    def __init__(self, sampler: Any, skip: int) -> None:
+        self.sampler = sampler
+        self.skip = skip
+
+    def __iter__(self) -> Iterator[Any]:
+        skip, self.skip = self.skip, 0
+        return itertools.islice(iter(self.sampler), skip, None)
+
+    def __len__(self) -> int:
+        return max(len(self.sampler) - self.skip, 0)
+
+
+def set_train_epoch(dataloader: Any, epoch: int) -> None:
+    """What the reference's training loop does at the start of epoch `epoch`, before iterating (R3.7)."""
+    if hasattr(dataloader, "set_epoch"):
+        dataloader.set_epoch(epoch)
+    else:
+        forward_set_epoch(dataloader, epoch)
+    # A batch sampler inside the shard wrapper (batch_rebalance under W > 1) is reached explicitly.
+    inner = getattr(getattr(dataloader, "batch_sampler", None), "batch_sampler", None)
+    if hasattr(inner, "set_epoch"):
+        inner.set_epoch(epoch)
+
+
+def _loader_arguments(args: Any, batch_size: int, collate_fn: Callable) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "batch_size": batch_size,
+        "collate_fn": collate_fn,
+        "num_workers": args.dataloader_num_workers,
+        "pin_memory": args.dataloader_pin_memory,
+        "persistent_workers": args.dataloader_persistent_workers,
+        "multiprocessing_context": args.dataloader_multiprocessing_context,
+        "prefetch_factor": args.dataloader_prefetch_factor,
+    }
+    if _DATALOADER_ACCEPTS_IN_ORDER:
+        params["in_order"] = args.dataloader_in_order
+    elif not args.dataloader_in_order:
+        raise ValueError(
+            f"dataloader_in_order=False needs a torch whose DataLoader takes `in_order` (torch {torch.__version__} "
+            "does not); upgrade torch or keep dataloader_in_order=True."
+        )
+    return params
+
+
+def _build_dataloader(
+    dataset: Any,
+    make_sampler: Callable[[Any], Sampler | None],
+    *,
+    args: Any,
+    data_collator: Callable | None,
+    model: Any,
+    processing_class: Any,
+    batch_size: int,
+    description: str,
+    world_size: int,
+    process_index: int,
+    is_training: bool,
+) -> HFDataLoader:
+    # The reference's `_get_dataloader` followed by accelerate's `prepare_data_loader`.
+    collator = data_collator if data_collator is not None else pick_default_collator(processing_class)
+    dataset, collator = apply_column_removal(
+        dataset, collator, args=args, model=model, description=description
+    )
+    params = _loader_arguments(args, batch_size, collator)
+    if isinstance(dataset, IterableDataset):
+        if world_size > 1:
+            raise ValueError(
+                "An IterableDataset with world_size > 1 is not supported yet by hf_lightning (the reference "
+                "reads it on rank 0 and dispatches slices); use a map-style dataset with a length."
+            )
+        return HFDataLoader(dataset, **params)
+
+    sampler = make_sampler(dataset)
+    if isinstance(sampler, BatchRebalanceSampler):
+        # Already rank-aware: used as the batch sampler and never re-sharded.
+        params.pop("batch_size")
+        params["batch_sampler"] = sampler
+    else:
+        params["sampler"] = sampler
+        params["drop_last"] = args.dataloader_drop_last
+    if is_training:
+        params["worker_init_fn"] = functools.partial(
+            seed_worker, num_workers=args.dataloader_num_workers, rank=process_index
+        )
+    if world_size <= 1 or isinstance(sampler, BatchRebalanceSampler):
+        return HFDataLoader(dataset, **params)
+
+    if accelerator_option(args, "dispatch_batches"):
+        raise ValueError(
+            "accelerator_config.dispatch_batches=True is not supported by hf_lightning for map-style datasets; "
+            "leave it unset (None) or False: each process then loads its own whole batches."
+        )
+    sampler = params.pop("sampler")
+    sampler = sampler if sampler is not None else SequentialSampler(dataset)
+    batch_sampler = BatchSampler(sampler, params.pop("batch_size"), params.pop("drop_last"))
+    params["batch_sampler"] = shard_batches(
+        batch_sampler,
+        num_processes=world_size,
+        process_index=process_index,
+        even_batches=accelerator_option(args, "even_batches"),
+        split_batches=accelerator_option(args, "split_batches"),
+    )
+    return HFDataLoader(dataset, **params)
+
+
+def build_train_dataloader(
+    dataset: Any,
+    *,
+    args: Any,
+    data_collator: Callable | None,
+    model: Any,
+    processing_class: Any = None,
+    world_size: int = 1,
+    process_index: int = 0,
+    seed_for_sampler: int | None = None,
+    batch_size: int | None = None,
+) -> HFDataLoader:
+    """This process's train DataLoader, as the reference's `get_train_dataloader` + accelerate prepare.
+
+    Run on every rank. `data_collator=None` picks the reference's default for `processing_class`;
+    `batch_size` defaults to `args.train_batch_size` (auto_find_batch_size passes the reduced one).
+    """
+    if dataset is None:
+        raise ValueError("Trainer: training requires a train_dataset.")
+    make_sampler = functools.partial(
+        get_train_sampler,
+        args=args,
+        processing_class=processing_class,
+        world_size=world_size,
+        process_index=process_index,
+        seed_for_sampler=seed_for_sampler,
+    )
+    return _build_dataloader(
+        dataset,
+        make_sampler,
+        args=args,
+        data_collator=data_collator,
+        model=model,
+        processing_class=processing_class,
+        batch_size=batch_size if batch_size is not None else args.train_batch_size,
+        description="Training",
+        world_size=world_size,
+        process_index=process_index,
+        is_training=True,
+    )
+
+
+def build_eval_dataloader(
+    dataset: Any,
+    *,
+    args: Any,
+    data_collator: Callable | None,
+    model: Any,
+    processing_class: Any = None,
+    world_size: int = 1,
+    process_index: int = 0,
+    description: str = "Evaluation",
+) -> HFDataLoader:
+    """This process's eval (or, with `description="test"`, test) DataLoader, as the reference builds it.
+
+    Sequential single-process; with several processes sequential batches dealt round-robin, padded
+    with repeats that the metric gathering drops. Run on every rank.
+    """
+    if dataset is None:
+        raise ValueError("Trainer: evaluation requires an eval_dataset.")
+    make_sampler = functools.partial(
+        get_eval_sampler, args=args, processing_class=processing_class, world_size=world_size
+    )
+    return _build_dataloader(
+        dataset,
+        make_sampler,
+        args=args,
+        data_collator=data_collator,
+        model=model,
+        processing_class=processing_class,
+        batch_size=args.eval_batch_size,
+        description=description,
+        world_size=world_size,
+        process_index=process_index,
+        is_training=False,
+    )
+
+
+def num_examples(dataloader: Any, per_device_train_batch_size: int) -> int:
+    """`len(dataloader.dataset)`, else `len(dataloader) * per_device_train_batch_size` (the reference's rule)."""
+    try:
+        return len(dataloader.dataset)
+    except (NameError, AttributeError, TypeError):
+        return len(dataloader) * per_device_train_batch_size

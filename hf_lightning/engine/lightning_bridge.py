@@ -1,0 +1,185 @@
+"""Build the `lightning.Trainer` for one `train()` call from the translation plan.
+
+The plan is computed once at construction (pure); the run-dependent limits (`max_steps`, the epoch
+bound) are only known once the train dataloader exists, so they are added here.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+
+import hf_lightning.engine.schedule as schedule
+from hf_lightning.engine.precision import lightning_precision_kwargs
+
+# Lightning's start-up banners ("GPU available", tips, "fit stopped") are noise next to the
+# reference's own output; real warnings still come through.
+_QUIET_LOGGERS = (
+    "lightning.pytorch.utilities.rank_zero",
+    "lightning.pytorch.accelerators.cuda",
+    "lightning.fabric.utilities.seed",
+)
+
+
+def quiet_lightning_banners() -> None:
+    """Raise Lightning's banner loggers to WARNING (idempotent)."""
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def lightning_trainer_kwargs(plan: Any, values: schedule.TrainingValues) -> dict[str, Any]:
+    """The plan's `lightning.Trainer` kwargs with this run's step and epoch bounds."""
+    kwargs = dict(plan.trainer_kwargs)
+    kwargs.update(lightning_precision_kwargs(kwargs.pop("precision", "32-true")))
+    kwargs["max_steps"] = values.max_steps
+    kwargs["max_epochs"] = -1 if values.num_train_epochs >= sys.maxsize else values.num_train_epochs
+    return kwargs
+
+
+def build_lightning_trainer(
+    plan: Any,
+    values: schedule.TrainingValues,
+    user_callbacks: list[pl.Callback] = (),
+    model: Any = None,
+    overrides: Mapping[str, Any] | None = None,
+    loggers: list[Any] | None = None,
+) -> pl.Trainer:
+    """A `lightning.Trainer` configured by the plan, with the plan's loggers, its callbacks and the user's.
+
+    `loggers`: the plan's loggers when they already exist (built by a log before training), else built here.
+    `overrides` (the facade's `lightning_trainer_overrides`) are merged last: they take precedence over the
+    translation, except `callbacks`, which are added after the engine's.
+    """
+    from hf_lightning.engine.lean_logging import use_lean_logger_connector
+    from hf_lightning.integrations.loggers import build_loggers
+
+    quiet_lightning_banners()
+    kwargs = lightning_trainer_kwargs(plan, values)
+    if loggers is None:
+        loggers = build_loggers(plan)
+    if loggers:
+        kwargs["logger"] = loggers
+    if plan.strategy is not None:
+        from hf_lightning.translation.translate import build_strategy
+
+        kwargs["strategy"] = build_strategy(plan, model)
+    kwargs["callbacks"] = list(plan.callbacks) + list(kwargs.get("callbacks") or []) + list(user_callbacks)
+    kwargs = merge_lightning_overrides(kwargs, overrides or {})
+    trainer = pl.Trainer(**kwargs)
+    use_lean_logger_connector(trainer)
+    return trainer
+
+
+# ---- native lightning.Trainer overrides --------------------------------------------------------------
+
+# Keys a user may set on `lightning.Trainer` directly: they do not touch the engine's contract (one Lightning
+# step per optimizer update, the facade's samplers, seeding, flow, logging and saving).
+SAFE_LIGHTNING_OVERRIDES: dict[str, str] = {
+    "callbacks": "Lightning callbacks, added after the engine's own",
+    "logger": "replaces the loggers translated from report_to",
+    "profiler": "a Lightning profiler ('simple', 'advanced', 'pytorch' or an instance)",
+    "max_time": "stops training after this wall-clock time, like an early-stopping callback",
+    "enable_progress_bar": "Lightning's own progress bar (the reference's tqdm bar is unaffected)",
+    "enable_model_summary": "Lightning's model summary at fit start",
+    "detect_anomaly": "torch.autograd anomaly detection",
+    "default_root_dir": "where Lightning's own files go (translated from output_dir)",
+}
+
+# Keys the engine owns, with what to set instead.
+REFUSED_LIGHTNING_OVERRIDES: dict[str, str] = {
+    "accelerator": "use TrainingArguments.use_cpu (the device comes from the arguments)",
+    "strategy": "use TrainingArguments.ddp_backend / fsdp / deepspeed (the strategy is translated from them)",
+    "devices": "launch with torchrun / CUDA_VISIBLE_DEVICES (the process layout comes from the launcher)",
+    "num_nodes": "launch with torchrun (the process layout comes from the launcher)",
+    "precision": "use TrainingArguments.bf16 / fp16",
+    "plugins": "use TrainingArguments.bf16 / fp16 / deepspeed",
+    "max_steps": "use TrainingArguments.max_steps",
+    "min_steps": "use TrainingArguments.max_steps (the run stops at the reference's step count)",
+    "max_epochs": "use TrainingArguments.num_train_epochs",
+    "min_epochs": "use TrainingArguments.num_train_epochs",
+    "fast_dev_run": "use TrainingArguments.max_steps (e.g. max_steps=1)",
+    "limit_train_batches": "use TrainingArguments.max_steps (the epoch length is the reference's)",
+    "overfit_batches": "use a small train_dataset",
+    "accumulate_grad_batches": "use TrainingArguments.gradient_accumulation_steps (the engine accumulates itself)",
+    "gradient_clip_val": "use TrainingArguments.max_grad_norm (the engine clips itself)",
+    "gradient_clip_algorithm": "use TrainingArguments.max_grad_norm (the engine clips by norm, as the reference)",
+    "limit_val_batches": "use TrainingArguments.eval_strategy / eval_steps (the facade runs evaluation)",
+    "limit_test_batches": "use predict() on a smaller test_dataset (the facade runs prediction)",
+    "limit_predict_batches": "use predict() on a smaller test_dataset (the facade runs prediction)",
+    "val_check_interval": "use TrainingArguments.eval_strategy / eval_steps",
+    "check_val_every_n_epoch": "use TrainingArguments.eval_strategy='epoch'",
+    "num_sanity_val_steps": "use TrainingArguments.eval_on_start",
+    "log_every_n_steps": "use TrainingArguments.logging_steps (the facade decides when to log)",
+    "enable_checkpointing": "use TrainingArguments.save_strategy, or pass a ModelCheckpoint in callbacks",
+    "deterministic": "use TrainingArguments.full_determinism",
+    "benchmark": "use TrainingArguments.full_determinism (cuDNN settings follow it)",
+    "inference_mode": "it has no effect: Lightning's evaluation loops are unused, the facade's evaluate() runs them",
+    "use_distributed_sampler": "use TrainingArguments.train_sampling_strategy (the engine owns the samplers)",
+    "reload_dataloaders_every_n_epochs": "use TrainingArguments.dataloader_persistent_workers",
+    "sync_batchnorm": "convert the model with torch.nn.SyncBatchNorm.convert_sync_batchnorm before training",
+    "barebones": "use TrainingArguments.disable_tqdm / report_to='none' (barebones disables the facade's logging)",
+    "enable_autolog_hparams": "use TrainingArguments.report_to (the loggers are translated from it)",
+    "model_registry": "save with TrainingArguments.save_strategy / save_model()",
+}
+
+
+def check_lightning_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `overrides` after checking each key; a refused or unknown key raises ValueError naming it."""
+    if not isinstance(overrides, Mapping):
+        raise ValueError(
+            f"lightning_trainer_overrides must be a dict of lightning.Trainer arguments, got {type(overrides).__name__}."
+        )
+    for key in overrides:
+        if key in REFUSED_LIGHTNING_OVERRIDES:
+            raise ValueError(
+                f"lightning.Trainer override {key!r} is refused: the engine sets it itself; "
+                f"{REFUSED_LIGHTNING_OVERRIDES[key]}."
+            )
+        if key not in SAFE_LIGHTNING_OVERRIDES:
+            raise ValueError(
+                f"lightning.Trainer override {key!r} is not a lightning.Trainer argument hf_lightning accepts; "
+                f"allowed: {', '.join(SAFE_LIGHTNING_OVERRIDES)}."
+            )
+    return dict(overrides)
+
+
+def merge_lightning_overrides(kwargs: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`kwargs` with the checked `overrides` merged last; `callbacks` are appended, every other key replaces."""
+    merged = dict(kwargs)
+    for key, value in check_lightning_overrides(overrides).items():
+        if key == "callbacks":
+            added = value if isinstance(value, (list, tuple)) else [value]
+            merged["callbacks"] = list(merged.get("callbacks") or []) + list(added)
+        else:
+            merged[key] = value
+    return merged
+
+
+def explain_lightning_overrides(overrides: Mapping[str, Any], plan: Any = None) -> str:
+    """The section of `explain()` listing each override and the translated value it replaces."""
+    if not overrides:
+        return ""
+    translated = dict(getattr(plan, "trainer_kwargs", {}) or {})
+    lines = ["", "lightning.Trainer overrides (take precedence):"]
+    for key, value in overrides.items():
+        if key == "callbacks":
+            effect = "added after the engine's callbacks"
+        elif key == "logger":
+            effect = "replaces the loggers translated from report_to"
+        else:
+            effect = (
+                f"replaces the translated {translated.get(key)!r}"
+                if key in translated
+                else "not set by the translation"
+            )
+        lines.append(f"  {key} = {_short_repr(value)}  ({effect})")
+    return "\n".join(lines) + "\n"
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

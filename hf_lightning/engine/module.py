@@ -1,0 +1,249 @@
+"""The LightningModule that runs the reference Trainer's update step on Lightning's loop.
+
+One Lightning `training_step` is one optimizer update (manual optimization, see docs/design.md):
+it pulls the accumulation window through the facade's `get_batch_samples`, runs each micro-batch
+through the facade's `training_step`, clips, steps the optimizer through Lightning, steps the
+scheduler and hands the step boundary back to the facade, which logs, evaluates and saves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
+from lightning.pytorch.strategies import Strategy
+
+import hf_lightning.checkpoint.resume as resume
+import hf_lightning.engine.schedule as schedule
+from hf_lightning.checkpoint.files import reach
+from hf_lightning.engine.loss import UnusedItemCountProbe
+from hf_lightning.engine.precision import forward_autocast
+from hf_lightning.engine.update_dispatch import UpdateDispatch
+from hf_lightning.strategies.fsdp.policies import gradient_sync_disabled
+
+if TYPE_CHECKING:
+    from hf_lightning.engine.trainer import HFLightningTrainer
+
+# Lightning flags the iterator-taking `training_step` as experimental; we rely on it on purpose.
+warnings.filterwarnings("ignore", message=".*dataloader_iter.*", module="lightning")
+warnings.filterwarnings("ignore", message=".*`isinstance\\(treespec, LeafSpec\\)`.*")
+
+
+class _BatchIterator(Iterator):
+    """Lightning's dataloader iterator, yielding plain batches already moved to the device.
+
+    Lightning's fetcher yields `(batch, batch_idx, dataloader_idx)`; the reference's epoch iterator
+    yields device batches, which is what `get_batch_samples` and user overrides expect.
+    """
+
+    def __init__(self, lightning_iterator: Iterator, module: HFLightningModule):
+        self._lightning_iterator = lightning_iterator
+        self._module = module
+        self._device = module.trainer.strategy.root_device if module._plain_batch_transfer() else None
+
+    def __next__(self) -> Any:
+        batch, _, _ = next(self._lightning_iterator)
+        if self._device is not None:
+            # What Lightning's three default transfer hooks amount to, without dispatching them.
+            return move_data_to_device(batch, self._device)
+        trainer = self._module.trainer
+        batch = self._module._on_before_batch_transfer(batch, dataloader_idx=0)
+        return trainer.strategy.batch_to_device(batch, dataloader_idx=0)
+
+
+_BATCH_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+
+
+def _is_plain_batch_transfer(module: pl.LightningModule) -> bool:
+    """Whether moving a batch is Lightning's default `move_data_to_device`: no transfer hook overridden by the
+    module, no datamodule (it may define them) and a strategy that keeps the default `batch_to_device`."""
+    trainer = module.trainer
+    if trainer.datamodule is not None or type(trainer.strategy).batch_to_device is not Strategy.batch_to_device:
+        return False
+    return all(getattr(type(module), name) is getattr(pl.LightningModule, name) for name in _BATCH_TRANSFER_HOOKS)
+
+
+# Plain attributes set on every step: Lightning's current-hook name (set and restored around each hook) and
+# ours. `nn.Module.__setattr__` would look each one up among parameters, buffers and submodules first; none of
+# them is ever one of those, so the lookup can only end in `object.__setattr__`.
+_PLAIN_STEP_ATTRIBUTES = frozenset({"_current_fx_name", "_micro_batch_index", "sync_gradients"})
+
+
+class HFLightningModule(pl.LightningModule):
+    """Wraps the user's model; every step delegates to the facade's overridable methods."""
+
+    def __init__(self, facade: HFLightningTrainer):
+        super().__init__()
+        self.automatic_optimization = False
+        self.model = facade.model
+        # A plain attribute (not a submodule): the facade is not part of the module tree.
+        object.__setattr__(self, "_facade", facade)
+        self._micro_batch_index = -1
+        self._item_count_probe = UnusedItemCountProbe()
+        self._plain_transfer: bool | None = None  # decided once the Lightning trainer is attached
+        self._update_dispatch = UpdateDispatch()
+        # Whether this micro-batch closes the window (accelerate's `sync_gradients`; DeepSpeed reads it).
+        self.sync_gradients = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _PLAIN_STEP_ATTRIBUTES:
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def _plain_batch_transfer(self) -> bool:
+        if self._plain_transfer is None:
+            self._plain_transfer = _is_plain_batch_transfer(self)
+        return self._plain_transfer
+
+    @property
+    def facade(self) -> HFLightningTrainer:
+        return self._facade
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model(*args, **kwargs)
+
+    def configure_model(self) -> None:
+        """FSDP2 shards the user's model here, where Lightning expects it (hf_lightning/strategies/fsdp/policies.py); else a no-op."""
+        shard = getattr(self.trainer.strategy, "shard_user_model", None)
+        if shard is not None:
+            shard(self)
+
+    # ---- optimizers -------------------------------------------------------------------------
+    def configure_optimizers(self):
+        """The facade builds the optimizer and scheduler in the reference's order (after the dataloader)."""
+        facade = self.facade
+        facade.create_optimizer()
+        facade.create_scheduler(num_training_steps=facade.state.max_steps)
+        # The scheduler is stepped by us after each update, never by Lightning.
+        return facade.optimizer
+
+    def on_train_start(self) -> None:
+        self._update_dispatch.reset()  # this fit's callbacks, strategy and profiler decide it
+
+    # ---- epochs -----------------------------------------------------------------------------
+    def on_train_epoch_start(self) -> None:
+        self._micro_batch_index = -1
+        self.facade._on_epoch_begin(self.current_epoch)
+        # The resumed epoch continues after the micro-batches already trained on (hf_lightning/checkpoint/resume.py).
+        self._micro_batch_index = resume.enter_epoch(self.facade, self.current_epoch)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+        # A callback asked to end the epoch (or the run) after the previous update: stop before
+        # any data of the next window is drawn, as the reference's loop breaks.
+        control = self.facade.control
+        if control.should_epoch_stop or control.should_training_stop or resume.all_windows_done(self.facade):
+            return -1
+        return None
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        # After every callback's `on_train_batch_end` (Lightning calls the module last): the step is logged,
+        # evaluated and saved. Fault tests stop the run here (checkpoint_files.reach).
+        reach(f"step:{self.facade.state.global_step}")
+
+    def on_train_epoch_end(self) -> None:
+        self.facade._on_epoch_end(self.current_epoch, self._micro_batch_index)
+        if self.facade.control.should_training_stop:
+            self.trainer.should_stop = True
+
+    # ---- one optimizer update ------------------------------------------------------------------
+    def training_step(self, dataloader_iter: Iterator) -> None:
+        facade = self.facade
+        run = facade._run
+        epoch_iterator = _BatchIterator(dataloader_iter, self)
+        resume.skip_replayed_batches(facade, dataloader_iter)
+        update_index = run.updates_done_in_epoch
+        num_batches = schedule.window_size(
+            update_index, run.values.num_update_steps_per_epoch, run.values.steps_in_epoch, run.ga
+        )
+        batch_samples, num_items_in_batch = facade.get_batch_samples(epoch_iterator, num_batches, self.device)
+        resume.sync_rng_after_first_window(facade)
+        run.updates_done_in_epoch += 1
+        facade.current_gradient_accumulation_steps = len(batch_samples)
+        model = facade.model_wrapped
+        probed_count = self._item_count_probe.arm(facade, num_items_in_batch, len(batch_samples))
+        for index, inputs in enumerate(batch_samples):
+            self._micro_batch_index += 1
+            step = self._micro_batch_index
+            do_sync_step = schedule.is_sync_step(step, run.values.steps_in_epoch, run.ga)
+            if step % run.ga == 0:
+                facade._fire("on_step_begin")
+            self.sync_gradients = do_sync_step
+            with (
+                self._sync_context(is_last_in_window=index == len(batch_samples) - 1),
+                self._forward_precision_context(),
+            ):
+                loss_step = facade.training_step(
+                    model, inputs, probed_count if index == 0 else num_items_in_batch
+                )
+            if index == 0:
+                self._item_count_probe.check(facade.model)
+            facade._accumulate_loss(loss_step)
+            facade.current_flos += float(facade.floating_point_ops(inputs))
+            facade._track_num_input_tokens(inputs)
+            if do_sync_step:
+                self._optimizer_update(step)
+            else:
+                facade._fire("on_substep_end")
+            control = facade.control
+            if control.should_epoch_stop or control.should_training_stop:
+                break
+        if facade.control.should_training_stop:
+            self.trainer.should_stop = True
+
+    def _sync_context(self, is_last_in_window: bool):
+        """Gradient all-reduce only on the window's last micro-batch (R2.5): `no_sync` of the DDP-wrapped model."""
+        if is_last_in_window:
+            return contextlib.nullcontext()
+        model = self.facade.model_wrapped
+        if getattr(self.trainer.strategy, "owns_gradient_sync", False):  # DeepSpeed: the engine's boundary
+            return contextlib.nullcontext()
+        if callable(getattr(model, "set_requires_gradient_sync", None)):
+            return gradient_sync_disabled(model)  # FSDP2's no_sync
+        no_sync = getattr(model, "no_sync", None)
+        return no_sync() if callable(no_sync) else contextlib.nullcontext()
+
+    def _forward_precision_context(self):
+        """The reference's forward autocast, unless the strategy owns mixed precision (FSDP2, as accelerate)."""
+        if getattr(self.trainer.strategy, "owns_forward_precision", False):
+            return contextlib.nullcontext()
+        return forward_autocast(self.facade.model, self.facade.args)
+
+    def _optimizer_update(self, micro_batch_index: int) -> None:
+        facade = self.facade
+        run = facade._run
+        optimizer = self.optimizers()
+        grad_norm = facade._clip_grad_norm(facade.model_wrapped)
+        facade._fire("on_pre_optimizer_step")
+        scale_before = self._grad_scale()
+        self._update_dispatch.optimizer_step(self, optimizer)
+        facade._fire("on_optimizer_step")
+        learning_rate = facade._get_learning_rate()
+        step_was_skipped = scale_before is not None and self._grad_scale() < scale_before
+        if getattr(self.trainer.strategy, "optimizer_step_was_skipped", False):  # DeepSpeed's fp16 overflow
+            step_was_skipped = True
+        if not step_was_skipped and not facade._scheduler_waits_for_metrics():
+            facade.lr_scheduler.step()
+        facade.model_wrapped.zero_grad()
+        facade.state.global_step += 1
+        facade.state.epoch = schedule.epoch_float(
+            self.current_epoch, micro_batch_index, run.values.steps_in_epoch
+        )
+        facade._fire("on_step_end")
+        facade._last_grad_norm, facade._last_learning_rate = grad_norm, learning_rate
+        facade._maybe_log_save_evaluate(grad_norm, self.current_epoch, learning_rate=learning_rate)
+
+    def _grad_scale(self) -> float | None:
+        """The AMP loss scale (fp16 only): a drop after `step()` means the scaler skipped the step."""
+        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
+        return None if scaler is None else float(scaler.get_scale())
+
+    def backward_loss(self, loss: torch.Tensor) -> None:
+        """Backward through Lightning, so precision plugins, strategies and hooks see it (direct when those
+        would do nothing: hf_lightning/engine/update_dispatch.py)."""
+        self._update_dispatch.backward(self, loss)

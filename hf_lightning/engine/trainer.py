@@ -1,0 +1,515 @@
+"""`HFLightningTrainer`: the facade users hold, with the reference Trainer's constructor and methods.
+
+It owns the model, data, `TrainerState` and HF callbacks; `train()` builds a `lightning.Trainer` from the
+translation plan and runs `fit` on an `HFLightningModule`, which calls back into the overridable methods
+here (`get_batch_samples`, `training_step`, `compute_loss`, `create_optimizer`, `create_scheduler`, `log`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+import hf_lightning.data.dataloaders as dataloaders
+import hf_lightning.data.model_inputs as data_layer
+from hf_lightning.args.training_args import TrainingArguments, as_training_arguments
+from hf_lightning.callbacks import (
+    CallbackHandler,
+    DefaultFlowCallback,
+    PrinterCallback,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    is_exportable_state,
+)
+from hf_lightning.callbacks.notebook import default_progress_callback
+from hf_lightning.checkpoint.model_card import ModelCardMixin
+from hf_lightning.checkpoint.saving import CheckpointMixin
+from hf_lightning.data.collate import pick_default_collator
+from hf_lightning.engine.loss import (
+    LabelSmoother,
+    loss_shifts_labels,
+    unwrap_peft,
+)
+from hf_lightning.engine.memory import TrainerMemoryTracker
+from hf_lightning.engine.outputs import TrainOutput
+from hf_lightning.engine.seeding import seed_from_args
+from hf_lightning.engine.step_methods import TrainingStepMixin
+from hf_lightning.evaluation.helpers import deepspeed_input_dtype, has_length
+from hf_lightning.evaluation.loop import EvaluationMixin
+from hf_lightning.integrations.hp_search import HyperparameterSearchMixin
+from hf_lightning.optim.trainer_methods import OptimizerMixin
+from hf_lightning.strategies.launch import maybe_launch_over_devices
+
+logger = logging.getLogger(__name__)
+
+
+class HFLightningTrainer(
+    TrainingStepMixin,
+    OptimizerMixin,
+    EvaluationMixin,
+    CheckpointMixin,
+    ModelCardMixin,
+    HyperparameterSearchMixin,
+):
+    """Drop-in for `transformers.Trainer` whose training loop is Lightning's."""
+
+    # None: decide per step as the reference does (R4.5); a subclass sets True/False for its own loss.
+    loss_is_scaled_for_ga: bool | None = None
+
+    def __init__(
+        self,
+        model: nn.Module | None = None,
+        args: TrainingArguments | None = None,
+        data_collator: Callable | None = None,
+        train_dataset: Dataset | None = None,
+        eval_dataset: Dataset | dict[str, Dataset] | None = None,
+        processing_class: Any = None,
+        model_init: Callable[..., nn.Module] | None = None,
+        compute_loss_func: Callable | None = None,
+        compute_metrics: Callable | None = None,
+        callbacks: list[TrainerCallback] | None = None,
+        optimizers: tuple[torch.optim.Optimizer | None, Any] = (None, None),
+        optimizer_cls_and_kwargs: tuple[type[torch.optim.Optimizer], dict[str, Any]] | None = None,
+        preprocess_logits_for_metrics: Callable | None = None,
+        **deprecated_kwargs: Any,
+    ):
+        processing_class = _fold_tokenizer_alias(processing_class, deprecated_kwargs)
+        if args is None:
+            args = TrainingArguments(output_dir="tmp_trainer")
+        self.args = as_training_arguments(args)
+        args = self.args
+        # Several GPUs and no launcher: one process per GPU, as Lightning's DDP launcher does (decisions.md).
+        maybe_launch_over_devices(args)
+        seed_from_args(args)
+        # Memory metrics (skip_memory_metrics=False): the `init` stage spans the rest of the constructor.
+        self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
+        self._memory_tracker.start(stage="init")
+        self.lightning_trainer = None
+        self._loggers_before_training: list[Any] | None = None
+        self.model = model
+        self._set_process_log_level()
+
+        if model is None:
+            if model_init is None:
+                raise RuntimeError("`Trainer` requires either a `model` or `model_init` argument")
+            self.model_init = model_init
+            model = self.call_model_init()
+        else:
+            if model_init is not None:
+                raise ValueError(
+                    "`Trainer` requires either a `model` or `model_init` argument, but not both."
+                )
+            self.model_init = model_init
+
+        self.is_model_parallel = _is_model_parallel(model)
+        self.is_deepspeed_enabled = False
+        self.is_fsdp_enabled = False
+        # The DeepSpeed engine once `train()` has built it (the reference's `self.deepspeed`); None before.
+        self.deepspeed = None
+        self.model_wrapped = model
+        self.model = model
+
+        base_model = unwrap_peft(model)
+        self.model_accepts_loss_kwargs = data_layer.model_accepts_loss_kwargs(base_model)
+        default_label_names = data_layer.infer_label_names(base_model)
+        self.label_names = default_label_names if args.label_names is None else args.label_names
+        self.can_return_loss = data_layer.can_return_loss(base_model)
+        self._loss_shifts_labels = loss_shifts_labels(base_model)
+        self.label_smoother = self._build_label_smoother()
+
+        self.data_collator = (
+            data_collator if data_collator is not None else pick_default_collator(processing_class)
+        )
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        self.processing_class = processing_class
+        self.neftune_noise_alpha = args.neftune_noise_alpha
+        self.compute_loss_func = compute_loss_func
+        self.compute_metrics = compute_metrics
+        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+        self.optimizer, self.lr_scheduler = optimizers
+        self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
+        self._validate_constructor()
+
+        from hf_lightning.translation.translate import translate
+
+        # Refusals of unsupported fields surface here, before any training starts.
+        self.plan = translate(args)
+        # As the reference at construction (its accelerator state): DeepSpeed is on from here, not only once the
+        # engine exists, so evaluate / predict / resume before `train()` see it.
+        self.is_deepspeed_enabled = _plan_uses_deepspeed(self.plan)
+        self._place_model(model)
+
+        hf_callbacks, self.lightning_callbacks = _split_callbacks(callbacks)
+        self.callback_handler = CallbackHandler(
+            [DefaultFlowCallback] + hf_callbacks,
+            self.model,
+            self.processing_class,
+            self.optimizer,
+            self.lr_scheduler,
+        )
+        self.add_callback(PrinterCallback if args.disable_tqdm else default_progress_callback())
+
+        self.hub_model_id = None
+        if args.should_save:
+            os.makedirs(args.output_dir, exist_ok=True)
+
+        self.control = TrainerControl()
+        self.state = TrainerState(
+            is_local_process_zero=self.is_local_process_zero(),
+            is_world_process_zero=self.is_world_process_zero(),
+            stateful_callbacks=self._stateful_callbacks(),
+        )
+        self.is_in_train = False
+        self.hp_name = None
+        self.hp_search_backend = None
+        self.current_flos = 0
+        self._signature_columns = None
+        self._train_batch_size = args.train_batch_size
+        self._created_lr_scheduler = False
+        self._run = None  # the current train() call's counters (training_run.RunBookkeeping)
+        self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
+        if getattr(self.model, "config", None) is not None:
+            self.model.config.use_cache = args.use_cache
+        self._memory_tracker.stop_and_update_metrics(stage="init")
+
+    def explain(self) -> str:
+        """How each argument is translated onto Lightning, one line per field, then the `lightning.Trainer` overrides."""
+        from hf_lightning.engine.lightning_bridge import explain_lightning_overrides
+        from hf_lightning.translation.translate import explain
+
+        return explain(self.plan) + explain_lightning_overrides(self.lightning_trainer_overrides, self.plan)
+
+    @property
+    def lightning_trainer_overrides(self) -> dict[str, Any]:
+        """Native `lightning.Trainer` arguments merged last into each run's Trainer (empty by default).
+
+        Only keys that leave the engine's contract intact are accepted (`lightning_bridge.SAFE_LIGHTNING_OVERRIDES`);
+        a refused key raises ValueError naming the TrainingArguments field to use instead.
+        """
+        return self.__dict__.setdefault("_lightning_trainer_overrides", {})
+
+    @lightning_trainer_overrides.setter
+    def lightning_trainer_overrides(self, overrides: Mapping[str, Any]) -> None:
+        from hf_lightning.engine.lightning_bridge import check_lightning_overrides
+
+        self._lightning_trainer_overrides = check_lightning_overrides(overrides)
+
+    # ---- construction helpers ---------------------------------------------------------------
+    def _set_process_log_level(self) -> None:
+        transformers_logging = _transformers_logging()
+        if transformers_logging is not None:
+            transformers_logging.set_verbosity(self.args.get_process_log_level())
+
+    def _place_model(self, model: nn.Module) -> None:
+        """The reference's `place_model_on_device`: the argument's value, else not under model parallelism,
+        DeepSpeed (the engine places the model) or full fp16 / bf16 evaluation; then move the model."""
+        args = self.args
+        if args.place_model_on_device is not None:
+            self.place_model_on_device = args.place_model_on_device
+        else:
+            self.place_model_on_device = not (
+                self.is_model_parallel
+                or self.is_deepspeed_enabled
+                or args.fp16_full_eval
+                or args.bf16_full_eval
+            )
+        if self.place_model_on_device:
+            model.to(args.device)
+
+    def _build_label_smoother(self) -> LabelSmoother | None:
+        if self.args.label_smoothing_factor == 0:
+            return None
+        if getattr(getattr(self.model, "config", None), "problem_type", None) == "multi_label_classification":
+            warnings.warn(
+                "Label smoothing is not compatible with multi-label classification. "
+                "Disabling label smoothing for this training run.",
+                UserWarning,
+                stacklevel=3,
+            )
+            return None
+        return LabelSmoother(epsilon=self.args.label_smoothing_factor)
+
+    def _validate_constructor(self) -> None:
+        """The reference's constructor errors (spec part 2, 1.1.4), same exception types."""
+        args = self.args
+        if self.model_init is not None and (self.optimizer is not None or self.lr_scheduler is not None):
+            raise RuntimeError(
+                "Passing a `model_init` is incompatible with providing the `optimizers` argument. "
+                "You should subclass `Trainer` and override the `create_optimizer_and_scheduler` method."
+            )
+        if self.optimizer_cls_and_kwargs is not None and self.optimizer is not None:
+            raise RuntimeError(
+                "Passing both `optimizers` and `optimizer_cls_and_kwargs` arguments is incompatible."
+            )
+        if _value(args.eval_strategy) != "no" and self.eval_dataset is None:
+            raise ValueError(
+                f"You have set `args.eval_strategy` to {_value(args.eval_strategy)} but you didn't pass an "
+                "`eval_dataset` to `Trainer`. Either set `args.eval_strategy` to `no` or pass an `eval_dataset`."
+            )
+        if (
+            _value(args.save_strategy) == "best" or args.load_best_model_at_end
+        ) and args.metric_for_best_model is None:
+            raise ValueError(
+                "`args.metric_for_best_model` must be provided when using 'best' save_strategy or if "
+                "`args.load_best_model_at_end` is set to `True`."
+            )
+        if args.batch_eval_metrics and self.compute_metrics is not None:
+            if "compute_result" not in inspect.signature(self.compute_metrics).parameters:
+                raise ValueError(
+                    "When using `batch_eval_metrics`, your `compute_metrics` function must take a `compute_result`"
+                    " boolean argument which will be triggered after the last batch of the eval set to signal "
+                    "that the summary statistics should be returned by the function."
+                )
+        if self.train_dataset is not None and not has_length(self.train_dataset) and args.max_steps <= 0:
+            raise ValueError(
+                "The train_dataset does not implement __len__, max_steps has to be specified. "
+                "The number of steps needs to be known in advance for the learning rate scheduler."
+            )
+        if (
+            self.data_collator is not None
+            and not callable(self.data_collator)
+            and callable(getattr(self.data_collator, "collate_batch", None))
+        ):
+            raise TypeError(
+                "The `data_collator` should be a simple callable (function, class with `__call__`)."
+            )
+
+    def _stateful_callbacks(self) -> list:
+        return [cb for cb in self.callback_handler.callbacks + [self.control] if is_exportable_state(cb)]
+
+    # ---- callbacks ------------------------------------------------------------------------------
+    def add_callback(self, callback: type[TrainerCallback] | TrainerCallback) -> None:
+        """Add a callback (a class is instantiated with no arguments)."""
+        self.callback_handler.add_callback(callback)
+
+    def pop_callback(self, callback: type[TrainerCallback] | TrainerCallback) -> TrainerCallback | None:
+        """Remove a callback and return it (None when absent)."""
+        return self.callback_handler.pop_callback(callback)
+
+    def remove_callback(self, callback: type[TrainerCallback] | TrainerCallback) -> None:
+        """Remove a callback (an absent instance raises ValueError, as in the reference)."""
+        self.callback_handler.remove_callback(callback)
+
+    def _fire(self, event: str) -> None:
+        self.control = getattr(self.callback_handler, event)(self.args, self.state, self.control)
+
+    # ---- processes --------------------------------------------------------------------------------
+    def is_local_process_zero(self) -> bool:
+        """Whether this process is the main one of its node."""
+        return self.args.local_process_index == 0
+
+    def is_world_process_zero(self) -> bool:
+        """Whether this process is the global main process."""
+        return self.args.process_index == 0
+
+    def call_model_init(self, trial: Any = None) -> nn.Module:
+        """Call `model_init` with the trial when it takes one argument (the reference's rule)."""
+        model_init_argcount = len(inspect.signature(self.model_init).parameters)
+        if model_init_argcount == 0:
+            model = self.model_init()
+        elif model_init_argcount == 1:
+            model = self.model_init(trial)
+        else:
+            raise RuntimeError("model_init should have 0 or 1 argument.")
+        if model is None:
+            raise RuntimeError("model_init should not return None.")
+        return model
+
+    # ---- data -------------------------------------------------------------------------------------
+    def get_train_dataloader(self) -> DataLoader:
+        """The train DataLoader with the reference's sampler, collation and column removal."""
+        if self.train_dataset is None:
+            raise ValueError("Trainer: training requires a train_dataset.")
+        return dataloaders.build_train_dataloader(
+            self.train_dataset,
+            args=self.args,
+            data_collator=self.data_collator,
+            model=self.model,
+            processing_class=self.processing_class,
+            world_size=self.args.world_size,
+            process_index=self.args.process_index,
+            batch_size=self._train_batch_size,
+        )
+
+    def get_eval_dataloader(self, eval_dataset: str | Dataset | None = None) -> DataLoader:
+        """The eval DataLoader; a string selects one of a dict of eval datasets."""
+        if eval_dataset is None and self.eval_dataset is None:
+            raise ValueError("Trainer: evaluation requires an eval_dataset.")
+        dataloader_key = eval_dataset if isinstance(eval_dataset, str) else "eval"
+        cache = getattr(self, "_eval_dataloaders", {})
+        if dataloader_key in cache and self.args.dataloader_persistent_workers:
+            return cache[dataloader_key]
+        if isinstance(eval_dataset, str):
+            eval_dataset = self.eval_dataset[eval_dataset]
+        elif eval_dataset is None:
+            eval_dataset = self.eval_dataset
+        dataloader = self._build_eval_dataloader(eval_dataset, "Evaluation")
+        if self.args.dataloader_persistent_workers:
+            self._eval_dataloaders = {**cache, dataloader_key: dataloader}
+        return dataloader
+
+    def get_test_dataloader(self, test_dataset: Dataset) -> DataLoader:
+        """The test DataLoader (never cached)."""
+        return self._build_eval_dataloader(test_dataset, "test")
+
+    def _build_eval_dataloader(self, dataset: Dataset, description: str) -> DataLoader:
+        """This process's share of an eval / test set, sequential, as the reference deals it."""
+        return dataloaders.build_eval_dataloader(
+            dataset,
+            args=self.args,
+            data_collator=self.data_collator,
+            model=self.model,
+            processing_class=self.processing_class,
+            world_size=self.args.world_size,
+            process_index=self.args.process_index,
+            description=description,
+        )
+
+    def _current_loggers(self) -> list[Any]:
+        """The Lightning loggers a log goes to: the last fit's or, before any `train()`, the plan's, built at the
+        first use (the reference's integrations also start at their first event) and handed to `train()`.
+
+        A `logger` in `lightning_trainer_overrides` replaces the plan's before training too: its logger(s), or
+        none for `False` / `None` / `True` (Lightning makes its default logger only when the fit starts).
+        """
+        if self.lightning_trainer is not None:
+            return list(self.lightning_trainer.loggers)
+        overrides = self.lightning_trainer_overrides
+        if "logger" in overrides:
+            chosen = overrides["logger"]
+            if chosen is None or isinstance(chosen, bool):
+                return []
+            return list(chosen) if isinstance(chosen, (list, tuple)) else [chosen]
+        if getattr(self, "_loggers_before_training", None) is None:
+            if not self.plan.loggers:
+                return []
+            from hf_lightning.integrations.loggers import build_loggers
+
+            self._loggers_before_training = build_loggers(self.plan)
+            for pl_logger in self._loggers_before_training:
+                # As train begin does; the reference's W&B / MLflow setup at their first event logs them too.
+                pl_logger.log_hyperparams(self.args.to_sanitized_dict())
+        return self._loggers_before_training
+
+    def num_examples(self, dataloader: DataLoader) -> int:
+        """Samples in a dataloader's dataset, estimated from its length when the dataset has none."""
+        return dataloaders.num_examples(dataloader, self.args.per_device_train_batch_size)
+
+    def _prepare_input(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            return type(data)({k: self._prepare_input(v) for k, v in data.items()})
+        if isinstance(data, (tuple, list)):
+            return type(data)(self._prepare_input(v) for v in data)
+        if isinstance(data, torch.Tensor):
+            if self.is_deepspeed_enabled and (torch.is_floating_point(data) or torch.is_complex(data)):
+                # As the reference: float inputs (audio, pixels) take the engine's dtype; token ids stay integers.
+                return data.to(device=self.args.device, dtype=deepspeed_input_dtype(self.args))
+            return data.to(device=self.args.device)
+        return data
+
+    def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        inputs = self._prepare_input(inputs)
+        if len(inputs) == 0:
+            raise ValueError(
+                "The batch received was empty, your model won't be able to train on it. Double-check that your "
+                f"training dataset contains keys expected by the model: {','.join(self._signature_columns or [])}."
+            )
+        return inputs
+
+    # ---- training ---------------------------------------------------------------------------------------------
+    def train(
+        self,
+        resume_from_checkpoint: str | bool | None = None,
+        trial: Any = None,
+        ignore_keys_for_eval: list[str] | None = None,
+    ) -> TrainOutput:
+        """Train with Lightning's loop, reproducing the reference's steps, logs and metrics."""
+        from hf_lightning.engine.training_run import run_training
+
+        return run_training(self, resume_from_checkpoint, trial, ignore_keys_for_eval)
+
+
+def _split_callbacks(callbacks: list | None) -> tuple[list, list]:
+    """HF-style callbacks go to the callback handler; Lightning callbacks go to `lightning.Trainer`."""
+    import lightning.pytorch as pl
+
+    hf_callbacks, lightning_callbacks = [], []
+    for callback in callbacks or []:
+        is_lightning = isinstance(callback, pl.Callback) or (
+            isinstance(callback, type) and issubclass(callback, pl.Callback)
+        )
+        if is_lightning:
+            lightning_callbacks.append(callback() if isinstance(callback, type) else callback)
+        else:
+            hf_callbacks.append(callback)
+    return hf_callbacks, lightning_callbacks
+
+
+def _plan_uses_deepspeed(plan: Any) -> bool:
+    return plan.strategy is not None and plan.strategy["name"] == "deepspeed"
+
+
+def _value(enum_or_str: Any) -> Any:
+    return getattr(enum_or_str, "value", enum_or_str)
+
+
+def _is_model_parallel(model: nn.Module) -> bool:
+    device_map = getattr(model, "hf_device_map", None)
+    if device_map is None:
+        return False
+    devices = {d for d in device_map.values() if d not in ("cpu", "disk")}
+    return len(devices) > 1
+
+
+def _transformers_logging():
+    import sys
+
+    if sys.modules.get("transformers") is None:
+        return None
+    from transformers.utils import logging as transformers_logging
+
+    return transformers_logging
+
+
+def _fold_tokenizer_alias(processing_class: Any, deprecated_kwargs: dict[str, Any]) -> Any:
+    """`tokenizer=` (v4) is a deprecated alias of `processing_class`; any other keyword is a TypeError."""
+    given = "tokenizer" in deprecated_kwargs
+    tokenizer = deprecated_kwargs.pop("tokenizer", None)
+    if deprecated_kwargs:
+        unexpected = next(iter(deprecated_kwargs))
+        raise TypeError(f"HFLightningTrainer.__init__() got an unexpected keyword argument '{unexpected}'")
+    if not given:
+        return processing_class
+    warnings.warn(
+        "`tokenizer` is deprecated (transformers v4 name); use `processing_class` instead.",
+        FutureWarning,
+        stacklevel=3,
+    )
+    if processing_class is not None and processing_class is not tokenizer:
+        raise ValueError(
+            "Both `tokenizer` and `processing_class` were given with different objects; pass only one."
+        )
+    return tokenizer
+
+
+Trainer = HFLightningTrainer
+
+
+def _public_signature(init: Callable) -> inspect.Signature:
+    """The reference's constructor signature: the hidden v4 `tokenizer=` keyword is not advertised."""
+    signature = inspect.signature(init)
+    visible = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    return signature.replace(parameters=visible)
+
+
+HFLightningTrainer.__init__.__signature__ = _public_signature(HFLightningTrainer.__init__)

@@ -1,0 +1,268 @@
+"""Hyperparameter search with optuna, as the reference's `Trainer.hyperparameter_search` (spec part 2, section 5).
+
+Each trial re-creates the model through `model_init`, applies the trial's parameters to `trainer.args`, trains
+(checkpoints go to `output_dir/run-<trial number>`), reports every training-time evaluation to optuna so a pruner
+can stop it, and returns the objective. optuna is imported lazily (extra `hf-lightning[optuna]`); the reference's
+other backends (Ray Tune, W&B sweeps) are refused with a ValueError.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from hf_lightning.args.enums import ExplicitEnum, ParallelMode
+from hf_lightning.engine.outputs import BestRun
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = [
+    "BestRun",
+    "HPSearchBackend",
+    "HyperparameterSearchMixin",
+    "default_compute_objective",
+    "default_hp_space_optuna",
+    "run_hp_search_optuna",
+]
+
+logger = logging.getLogger(__name__)
+
+# `timeout`, `n_jobs`, `gc_after_trial` and `catch` go to `study.optimize`; every other kwarg goes to `create_study`.
+_OPTIMIZE_KWARGS = {"timeout": None, "n_jobs": 1, "gc_after_trial": False, "catch": ()}
+
+
+class HPSearchBackend(ExplicitEnum):
+    """The reference's backend names; only `optuna` is supported by hf_lightning."""
+
+    OPTUNA = "optuna"
+    RAY = "ray"
+    WANDB = "wandb"
+
+
+class MissingBackendError(ImportError, RuntimeError):
+    """optuna is not installed. Also a RuntimeError, the type the reference raises for a missing backend."""
+
+
+def import_optuna():
+    """Import optuna, or raise `MissingBackendError` naming the extra that installs it."""
+    try:
+        import optuna
+    except ImportError as error:
+        raise MissingBackendError(
+            "hyperparameter_search needs optuna, which is not installed: run `pip install hf-lightning[optuna]` "
+            "(or `pip install optuna`)."
+        ) from error
+    return optuna
+
+
+def default_compute_objective(metrics: dict[str, float]) -> float:
+    """The reference's default objective: `eval_loss` when no other metric is left, else the sum of the metrics.
+
+    `epoch` and the speed metrics (`*_runtime`, `*_per_second`) are left out; memory metrics are not.
+    """
+    metrics = copy.deepcopy(metrics)
+    loss = metrics.pop("eval_loss", None)
+    metrics.pop("epoch", None)
+    for name in [m for m in metrics if m.endswith("_runtime") or m.endswith("_per_second")]:
+        metrics.pop(name, None)
+    return loss if len(metrics) == 0 else sum(metrics.values())
+
+
+def default_hp_space_optuna(trial: optuna.Trial) -> dict[str, float]:
+    """The reference's default optuna search space: learning rate, epochs, seed and train batch size."""
+    import_optuna()
+    return {
+        "learning_rate": trial.suggest_float("learning_rate", 1e-6, 1e-4, log=True),
+        "num_train_epochs": trial.suggest_int("num_train_epochs", 1, 5),
+        "seed": trial.suggest_int("seed", 1, 40),
+        "per_device_train_batch_size": trial.suggest_categorical(
+            "per_device_train_batch_size", [4, 8, 16, 32, 64]
+        ),
+    }
+
+
+def resolve_backend(backend: str | HPSearchBackend | None) -> HPSearchBackend:
+    """`None` or `optuna` -> optuna (installed, else `MissingBackendError`); any other name -> ValueError."""
+    name = getattr(backend, "value", backend)
+    if name is None or name == HPSearchBackend.OPTUNA.value:
+        import_optuna()
+        return HPSearchBackend.OPTUNA
+    known = [b.value for b in HPSearchBackend]
+    kind = (
+        "is not supported by hf_lightning"
+        if name in known
+        else f"is not a backend (the reference knows {known})"
+    )
+    raise ValueError(
+        f"hyperparameter_search(backend={name!r}): {name!r} {kind}; only the 'optuna' backend is supported. "
+        "Pass backend='optuna' (or leave it None) and install it with `pip install hf-lightning[optuna]`."
+    )
+
+
+class HyperparameterSearchMixin:
+    """`hyperparameter_search` and the per-trial hooks `train()` and `evaluate()` call (a mixin of the facade).
+
+    The facade provides: `args`, `model`, `model_wrapped`, `model_init`, `state`, `control`, `callback_handler`,
+    `hp_name`, `hp_search_backend`, `_train_batch_size`, `lightning_trainer`, `is_deepspeed_enabled`, `train()`,
+    `evaluate()` and `_fire(event)`.
+    """
+
+    def hyperparameter_search(
+        self,
+        hp_space: Callable[[optuna.Trial], dict[str, float]] | None = None,
+        compute_objective: Callable[[dict[str, float]], float] | None = None,
+        n_trials: int = 20,
+        direction: str | list[str] = "minimize",
+        backend: str | HPSearchBackend | None = None,
+        hp_name: Callable[[optuna.Trial], str] | None = None,
+        **kwargs: Any,
+    ) -> BestRun | list[BestRun]:
+        """Search hyperparameters with optuna: one `train()` per trial, a fresh model from `model_init` each time.
+
+        `direction` as a list makes a multi-objective study and returns the Pareto front as a list of `BestRun`.
+        `timeout`, `n_jobs`, `gc_after_trial` and `catch` in `kwargs` go to `study.optimize`; the others to
+        `optuna.create_study` (`sampler`, `pruner`, `storage`, `study_name`, `load_if_exists`, ...), so a
+        study in a `storage` can be resumed after a crash.
+        """
+        backend = resolve_backend(backend)
+        if self.model_init is None:
+            raise RuntimeError(
+                "To use hyperparameter search, you need to pass your model through a model_init function."
+            )
+        self.hp_search_backend = backend
+        self.hp_space = default_hp_space_optuna if hp_space is None else hp_space
+        self.hp_name = hp_name
+        self.compute_objective = default_compute_objective if compute_objective is None else compute_objective
+        try:
+            return run_hp_search_optuna(self, n_trials, direction, **kwargs)
+        finally:
+            # Also after a failed trial (the reference leaves the backend set then): later train() calls are plain.
+            self.hp_search_backend = None
+
+    def _hp_search_setup(self, trial: Any) -> None:
+        """Apply the trial's parameters to `args` (cast to the current value's type), then redo derived set-up."""
+        self._trial = trial
+        if self.hp_search_backend is None or trial is None:
+            return
+        params = self.hp_space(trial)
+        for key, value in params.items():
+            if not hasattr(self.args, key):
+                logger.warning(
+                    f"Trying to set {key} in the hyperparameter search but there is no corresponding field in"
+                    " `TrainingArguments`."
+                )
+                continue
+            old_attr = getattr(self.args, key, None)
+            # Casting value to the proper type
+            if old_attr is not None:
+                value = type(old_attr)(value)
+            setattr(self.args, key, value)
+        logger.info(f"Trial: {trial.params}")
+        self._refresh_deepspeed_config()
+        # `train_batch_size` may be one of the searched parameters.
+        self._train_batch_size = self.args.train_batch_size
+        self.create_accelerator_and_postprocess()
+
+    def create_accelerator_and_postprocess(self) -> None:
+        """Rebuild the Lightning plan from `args` (the reference rebuilds its accelerator here, per trial)."""
+        from hf_lightning.translation.translate import translate
+
+        self.plan = translate(self.args)
+
+    def _refresh_deepspeed_config(self) -> None:
+        """Refill the DeepSpeed config's "auto" values from the trial's arguments, as the reference does."""
+        if getattr(self, "is_deepspeed_enabled", False) and self.args.deepspeed is None:
+            raise ValueError("For sweeps with deepspeed, `args.deepspeed` must be set")
+        if not self.args.deepspeed:
+            return
+        from hf_lightning.args.parallel import deepspeed_fill_at_construction, load_deepspeed_config
+
+        config = load_deepspeed_config(self.args.deepspeed)
+        self.args.deepspeed_mismatches = deepspeed_fill_at_construction(config, self.args)
+        self.args.hf_deepspeed_config = config
+
+    def _report_to_hp_search(self, trial: Any, step: int, metrics: dict[str, float]) -> None:
+        """After a training-time evaluation: store the objective, report it to optuna, prune if it says so.
+
+        Only single-objective studies report; a pruned trial fires `on_train_end`, then raises `TrialPruned`
+        (before this step's checkpoint is written).
+        """
+        if self.hp_search_backend is None or trial is None:
+            return
+        metrics = metrics.copy()
+        self.objective = self.compute_objective(metrics)
+        study = getattr(trial, "study", None)  # a FixedTrial (other DDP ranks) has none
+        if study is not None and len(study.directions) == 1:
+            trial.report(self.objective, step)
+            if trial.should_prune():
+                self.callback_handler.on_train_end(self.args, self.state, self.control)
+                raise import_optuna().TrialPruned()
+
+
+def _run_trial(trainer: Any, trial: Any) -> Any:
+    """Train one trial and return its objective (a final `evaluate()` when training never evaluated)."""
+    trainer.objective = None
+    trainer.train(resume_from_checkpoint=None, trial=trial)
+    if getattr(trainer, "objective", None) is None:
+        metrics = trainer.evaluate()
+        trainer.objective = trainer.compute_objective(metrics)
+    return trainer.objective
+
+
+def _release_trial_memory(trainer: Any) -> None:
+    """Drop the trial's model and Lightning trainer (the reference's `release_memory` + `accelerator.clear()`)."""
+    trainer.model_wrapped, trainer.model = None, None
+    trainer.lightning_trainer = None
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _check_distributed(trainer: Any) -> None:
+    if trainer.args.parallel_mode != ParallelMode.DISTRIBUTED:
+        raise RuntimeError("only support DDP optuna HPO for ParallelMode.DISTRIBUTED currently.")
+
+
+def run_hp_search_optuna(
+    trainer: Any, n_trials: int, direction: str | list[str], **kwargs: Any
+) -> BestRun | list[BestRun] | None:
+    """The reference's optuna runner. Under DDP, rank 0 samples and broadcasts each trial; the others return None."""
+    optuna = import_optuna()
+    import hf_lightning.strategies.distributed as distributed
+
+    if trainer.args.world_size > 1:
+        distributed.ensure_process_group(trainer.args)
+    if trainer.args.process_index != 0:
+        for _ in range(n_trials):
+            trainer.objective = None
+            _check_distributed(trainer)
+            trial_main_rank_list = [None]
+            torch.distributed.broadcast_object_list(trial_main_rank_list, src=0)
+            _run_trial(trainer, trial_main_rank_list[0])
+        return None
+
+    def _objective(trial: optuna.Trial) -> Any:
+        if trainer.args.world_size > 1:
+            _check_distributed(trainer)
+            trainer.hp_space(trial)
+            fixed_trial = optuna.trial.FixedTrial(trial.params, trial.number)
+            torch.distributed.broadcast_object_list([fixed_trial], src=0)
+        objective = _run_trial(trainer, trial)
+        _release_trial_memory(trainer)
+        return objective
+
+    optimize_kwargs = {name: kwargs.pop(name, default) for name, default in _OPTIMIZE_KWARGS.items()}
+    directions = direction if isinstance(direction, list) else None
+    direction = None if directions is not None else direction
+    study = optuna.create_study(direction=direction, directions=directions, **kwargs)
+    study.optimize(_objective, n_trials=n_trials, **optimize_kwargs)
+    if len(study.directions) == 1:
+        best_trial = study.best_trial
+        return BestRun(str(best_trial.number), best_trial.value, best_trial.params)
+    return [BestRun(str(best.number), best.values, best.params) for best in study.best_trials]

@@ -1,0 +1,178 @@
+"""Building blocks shared by the field handlers: statuses, `Decision`, `Context`, `FieldEntry`.
+
+A handler is a pure function `(field, value, ctx) -> Decision`. It says how one argument is
+honoured (and what it contributes to the plan), or why it is refused. `translate` merges the
+decisions into a `Plan`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hf_lightning.translation.registry.features import describe
+
+if TYPE_CHECKING:
+    from hf_lightning.translation.translate import Environment
+
+HONOURED = "honoured"
+REFUSED = "refused"
+WARNED = "warned"
+NOT_APPLICABLE = "not-applicable"
+STATUSES = (HONOURED, REFUSED, WARNED, NOT_APPLICABLE)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one field means for the plan: a status, a sentence, and its contributions."""
+
+    status: str
+    how: str
+    trainer_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    module_settings: Mapping[str, Any] = field(default_factory=dict)
+    strategy_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    strategy_details: Mapping[str, Any] = field(default_factory=dict)
+    loggers: tuple[dict[str, Any], ...] = ()
+    callbacks: tuple[dict[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}; expected one of {STATUSES}")
+
+
+def honoured(how: str, **contributions: Any) -> Decision:
+    """The field is carried out; `how` says by whom."""
+    return Decision(HONOURED, how, **contributions)
+
+
+def refused(how: str) -> Decision:
+    """The value cannot be honoured; `how` says why and what to do instead."""
+    return Decision(REFUSED, how)
+
+
+def warned(how: str, **contributions: Any) -> Decision:
+    """Accepted with a warning the trainer shows once (`Plan.warnings()`)."""
+    return Decision(WARNED, how, **contributions)
+
+
+def not_applicable(how: str, **contributions: Any) -> Decision:
+    """Accepted; has no effect in this configuration (said explicitly)."""
+    return Decision(NOT_APPLICABLE, how, **contributions)
+
+
+def plain(value: Any) -> Any:
+    """Enums -> their value, recursively through lists; everything else unchanged."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
+def config_as_dict(value: Any) -> dict[str, Any] | None:
+    """An `AcceleratorConfig`-like object, a dataclass or a dict -> a deep-copied plain dict."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return copy.deepcopy(dict(value))
+    if hasattr(value, "to_dict"):
+        return copy.deepcopy(dict(value.to_dict()))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return copy.deepcopy(dict(vars(value)))
+
+
+@dataclass(frozen=True)
+class Context:
+    """Read-only view of the arguments and the environment, with derived values handlers share."""
+
+    args: Any
+    env: Environment
+    features: Mapping[str, bool]
+    accelerator: str  # "cpu" | "gpu" | "mps"
+    strategy_name: str  # "single" | "ddp" | "fsdp" | "fsdp2" | "deepspeed"
+    n_gpu: int  # the reference's `args.n_gpu`, computed from `env` (no device set-up)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """`args.<name>` with enums turned into their string values."""
+        return plain(getattr(self.args, name, default))
+
+    def landed(self, feature: str) -> bool:
+        """Whether `feature` is carried out by the engine today."""
+        return self.features[feature]
+
+    @property
+    def multi_process(self) -> bool:
+        """True when a process group is created (DDP, FSDP, DeepSpeed)."""
+        return self.strategy_name != "single"
+
+
+Handler = Callable[[str, Any, Context], Decision]
+
+
+@dataclass(frozen=True)
+class FieldEntry:
+    """One row of the registry: the reference's field, its default, its handler and README text."""
+
+    name: str
+    default: Any
+    handler: Handler
+    doc: str
+    feature: str | None = None  # the engine feature a non-default value needs, if any
+
+
+# ---------------------------------------------------------------- handler factories
+
+
+def always(how: str) -> Handler:
+    """A field honoured the same way whatever its value."""
+
+    def handler(field_name: str, value: Any, ctx: Context) -> Decision:
+        return honoured(how)
+
+    return handler
+
+
+def script_flag(how: str) -> Handler:
+    """A field the reference keeps for scripts and never reads itself."""
+
+    def handler(field_name: str, value: Any, ctx: Context) -> Decision:
+        return not_applicable(how)
+
+    return handler
+
+
+def not_landed_message(feature: str, fix: str) -> str:
+    """The standard refusal sentence for a feature that has not landed yet."""
+    return f"{describe(feature)} has not landed in hf_lightning yet; {fix}"
+
+
+def gated(
+    feature: str,
+    *,
+    is_neutral: Callable[[Any, Context], bool],
+    how_landed: str,
+    how_neutral: str,
+    fix: str,
+) -> Handler:
+    """A field that needs `feature`: honoured once it has landed; until then a neutral value (one
+    that does not change what `train()` does) is noted "not-applicable" and any other value refused.
+    """
+
+    def handler(field_name: str, value: Any, ctx: Context) -> Decision:
+        if ctx.landed(feature):
+            return honoured(how_landed)
+        if is_neutral(value, ctx):
+            return not_applicable(how_neutral)
+        return refused(not_landed_message(feature, fix))
+
+    return handler
+
+
+def equals(default: Any) -> Callable[[Any, Context], bool]:
+    """Neutral-value test: the value equals `default`."""
+    return lambda value, ctx: value == default

@@ -1,0 +1,346 @@
+"""Registry entries: DDP, FSDP and DeepSpeed (spec part 1, 7.1-7.3), and the strategy choice."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from hf_lightning.translation.registry.core import (
+    Context,
+    Decision,
+    FieldEntry,
+    honoured,
+    not_applicable,
+    not_landed_message,
+    refused,
+)
+
+if TYPE_CHECKING:
+    from hf_lightning.translation.translate import Environment
+
+
+def _load_json_config(value: Any) -> dict[str, Any]:
+    """A dict (deep-copied) or a JSON file path -> a dict; the user's object is never modified."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        with open(value, encoding="utf-8") as handle:
+            return json.load(handle)
+    return copy.deepcopy(dict(value))
+
+
+def fsdp_config(args: Any) -> dict[str, Any]:
+    """`fsdp_config` as a dict with the `fsdp_` key prefixes stripped (R7.2)."""
+    config = _load_json_config(getattr(args, "fsdp_config", None))
+    return {(key[5:] if key.startswith("fsdp_") else key): value for key, value in config.items()}
+
+
+def select_strategy(args: Any, env: Environment) -> str:
+    """Which Lightning strategy the run needs: single, ddp, fsdp (v1), fsdp2 or deepspeed."""
+    if getattr(args, "fsdp", None):
+        return "fsdp2" if int(fsdp_config(args).get("version", 2)) == 2 else "fsdp"
+    if getattr(args, "deepspeed", None):
+        return "deepspeed"
+    if env.is_distributed_launch and env.world_size > 1:
+        return "ddp"
+    return "single"
+
+
+# ------------------------------------------------------------------ DDP
+
+
+def _not_ddp(ctx: Context) -> Decision:
+    if ctx.strategy_name == "single":
+        return not_applicable("one process: no DDP")
+    return not_applicable(f"the {ctx.strategy_name} strategy does not use DDP options")
+
+
+def _ddp_find_unused_parameters(field: str, value: Any, ctx: Context) -> Decision:
+    if ctx.strategy_name != "ddp":
+        return _not_ddp(ctx)
+    if value is None:
+        return honoured(
+            "DDPStrategy find_unused_parameters resolved with the model (R7.3): not activation_checkpointing "
+            "for a transformers model, True for a plain nn.Module (translate.resolve_ddp_kwargs)"
+        )
+    return honoured(
+        f"DDPStrategy(find_unused_parameters={value})", strategy_kwargs={"find_unused_parameters": value}
+    )
+
+
+def _ddp_option(lightning_name: str) -> Any:
+    def handler(field: str, value: Any, ctx: Context) -> Decision:
+        if ctx.strategy_name != "ddp":
+            return _not_ddp(ctx)
+        if value is None:
+            return honoured("DDP default (not passed, as in the reference)")
+        return honoured(f"DDPStrategy({lightning_name}={value!r})", strategy_kwargs={lightning_name: value})
+
+    return handler
+
+
+def _ddp_backend(field: str, value: Any, ctx: Context) -> Decision:
+    if not ctx.multi_process:
+        return not_applicable("one process: no process group")
+    if value is None:
+        return honoured("Lightning's default process-group backend (nccl on CUDA, gloo on CPU)")
+    return honoured(
+        f"{ctx.strategy_name} strategy process_group_backend={value!r}",
+        strategy_kwargs={"process_group_backend": value},
+    )
+
+
+def _ddp_timeout(field: str, value: Any, ctx: Context) -> Decision:
+    if not ctx.multi_process:
+        return not_applicable("one process: no process group")
+    return honoured(
+        f"{ctx.strategy_name} strategy timeout=timedelta(seconds={value})",
+        strategy_kwargs={"timeout": timedelta(seconds=value)},
+    )
+
+
+# ------------------------------------------------------------------ FSDP
+
+
+def _needs_cuda(ctx: Context, what: str, field: str) -> Decision | None:
+    if ctx.accelerator != "gpu":
+        return refused(
+            f"{what} needs CUDA GPUs, and this run has none (use_cpu=True or no CUDA device); "
+            f"remove {field}, or run on CUDA GPUs"
+        )
+    return None
+
+
+# accelerate.utils.constants' lists (accelerate stays optional); the order gives ShardingStrategy's values.
+_SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
+_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
+
+
+def _truth(value: Any, key: str) -> bool:
+    from hf_lightning.args.parallel import str_to_bool
+
+    try:
+        return str_to_bool(str(value).lower())
+    except ValueError:
+        raise ValueError(f"fsdp_config[{key!r}]={value!r} is not a truth value; use true or false") from None
+
+
+def fsdp_plugin_args(args: Any) -> dict[str, Any]:
+    """The reference's `fsdp_plugin_args` (what it passes to accelerate's FSDP plugin), computed without touching
+    `args` or the environment: `fsdp_config` with `fsdp_` prefixes stripped, legacy `fsdp` words applied (R7.2).
+
+    Raises ValueError naming the key for a value the reference refuses.
+    """
+    from hf_lightning.args.parallel import apply_legacy_fsdp_to_config
+
+    config = fsdp_config(args)
+    legacy = getattr(args, "fsdp", None)
+    if isinstance(legacy, (str, list)):  # processed arguments hold True; a raw string comes from setattr
+        apply_legacy_fsdp_to_config(legacy, config)
+    version = int(config.get("version", 2))
+    if version not in (1, 2):
+        raise ValueError(
+            f"fsdp_config['version']={config['version']!r}: use 2 (fully_shard) or 1 (legacy wrapper)"
+        )
+    plugin: dict[str, Any] = {"fsdp_version": version}
+    if config.get("cpu_offload", False):  # [quirk] truthiness only: the string "false" enables offload
+        plugin["cpu_offload"] = True
+    policy = config.get("auto_wrap_policy", _WRAP_POLICIES[0])
+    if policy not in _WRAP_POLICIES:
+        raise ValueError(
+            f"fsdp_config['auto_wrap_policy']={policy!r}: use one of {list(_WRAP_POLICIES)} (exact upper case)"
+        )
+    plugin["auto_wrap_policy"] = policy
+    min_num_params = config.get("min_num_params", 0)
+    layers = config.get("transformer_layer_cls_to_wrap")
+    if isinstance(layers, str):
+        layers = [layers]
+    if policy == "SIZE_BASED_WRAP" and min_num_params > 0:
+        plugin["min_num_params"] = min_num_params
+    elif policy == "TRANSFORMER_BASED_WRAP" and layers is not None:
+        plugin["transformer_cls_names_to_wrap"] = ",".join(layers)
+    plugin["cpu_ram_efficient_loading"] = _truth(
+        config.get("cpu_ram_efficient_loading", "false"), "cpu_ram_efficient_loading"
+    )
+    plugin["state_dict_type"] = config.get("state_dict_type", "FULL_STATE_DICT")
+    if plugin["state_dict_type"] not in ("FULL_STATE_DICT", "SHARDED_STATE_DICT"):
+        raise ValueError(
+            f"fsdp_config['state_dict_type']={plugin['state_dict_type']!r}: use FULL_STATE_DICT or SHARDED_STATE_DICT"
+        )
+    if "activation_checkpointing" in config:
+        plugin["activation_checkpointing"] = _truth(
+            config["activation_checkpointing"], "activation_checkpointing"
+        )
+    if version == 2:
+        plugin["reshard_after_forward"] = _truth(
+            config.get("reshard_after_forward", True), "reshard_after_forward"
+        )
+        return plugin
+    strategy = str(config.get("reshard_after_forward", "full_shard")).lower()
+    if strategy.upper() not in _SHARDING_STRATEGIES:
+        raise ValueError(
+            f"fsdp_config['reshard_after_forward']={strategy!r} (FSDP1 sharding strategy): use one of "
+            f"{[name.lower() for name in _SHARDING_STRATEGIES]}"
+        )
+    plugin["reshard_after_forward"] = strategy
+    plugin["forward_prefetch"] = _truth(config.get("forward_prefetch", "false"), "forward_prefetch")
+    plugin["backward_prefetch"] = str(config.get("backward_prefetch", "NO_PREFETCH")).upper()
+    if plugin["backward_prefetch"] not in ("NO_PREFETCH", "BACKWARD_PRE", "BACKWARD_POST"):
+        raise ValueError(
+            f"fsdp_config['backward_prefetch']={config['backward_prefetch']!r}: use NO_PREFETCH, BACKWARD_PRE or "
+            "BACKWARD_POST"
+        )
+    for key in ("use_orig_params", "sync_module_states"):
+        plugin[key] = _truth(config.get(key, "true"), key)
+    if "limit_all_gathers" in config:
+        plugin["limit_all_gathers"] = _truth(config["limit_all_gathers"], "limit_all_gathers")
+    return plugin
+
+
+def _fsdp_refusal(ctx: Context, plugin: dict[str, Any]) -> str | None:
+    """The reference's FSDP rules checked at Trainer build, and combinations hf_lightning does not carry out."""
+    if ctx.accelerator == "mps":
+        return "FSDP does not run on Apple MPS; remove fsdp, or run on CUDA GPUs or CPU (use_cpu=True)"
+    if ctx.get("deepspeed"):
+        return "fsdp and deepspeed are both set (T5); choose one"
+    if not ctx.env.is_distributed_launch:
+        return "FSDP needs a distributed launch (T5): torchrun --nproc_per_node N your_script.py"
+    if not ctx.landed("fsdp"):
+        return not_landed_message("fsdp", "use DDP for now (launch with torchrun without fsdp)")
+    if ctx.get("torch_compile"):
+        return "torch_compile with FSDP is not supported yet by hf_lightning; set torch_compile=False"
+    if plugin.get("activation_checkpointing") and ctx.get("activation_checkpointing"):
+        return (
+            "fsdp_config['activation_checkpointing'] (FSDP's own activation checkpointing) and the "
+            "activation_checkpointing argument can't both be True; use FSDP's and set activation_checkpointing=False"
+        )
+    if ctx.get("save_only_model") and ctx.get("load_best_model_at_end"):
+        return "FSDP can't be used with save_only_model along with load_best_model_at_end; drop one of them"
+    if ctx.get("save_only_model") and plugin["state_dict_type"] == "SHARDED_STATE_DICT":
+        return "save_only_model is not compatible with fsdp_config['state_dict_type']='SHARDED_STATE_DICT'"
+    if (
+        plugin["fsdp_version"] == 2
+        and plugin.get("activation_checkpointing")
+        and plugin["auto_wrap_policy"] == "NO_WRAP"
+    ):
+        # The reference fails with a TypeError here (FSDP2 checkpoints the layers its wrap policy selects).
+        return (
+            "fsdp_config['activation_checkpointing'] with auto_wrap_policy='NO_WRAP' selects no layer under FSDP2; "
+            "use TRANSFORMER_BASED_WRAP or SIZE_BASED_WRAP"
+        )
+    return None
+
+
+def _fsdp(field: str, value: Any, ctx: Context) -> Decision:
+    if not value:
+        return honoured("no FSDP")
+    config = fsdp_config(ctx.args)
+    if config.get("xla") or config.get("xla_fsdp_v2"):
+        return refused("XLA FSDP (fsdp_config['xla']) is TPU-only; remove the xla keys")
+    try:
+        plugin = fsdp_plugin_args(ctx.args)
+    except ValueError as error:
+        return refused(str(error))
+    refusal = _fsdp_refusal(ctx, plugin)
+    if refusal:
+        return refused(refusal)
+    details = {"fsdp_version": plugin["fsdp_version"], "fsdp_config": config, "plugin_args": plugin}
+    where = "" if ctx.accelerator == "gpu" else " on CPU with gloo (the reference silently runs DDP there)"
+    if plugin["fsdp_version"] == 2:
+        how = "ModelParallelStrategy with fully_shard per wrapped layer (FSDP2), built by hf_lightning.strategies.fsdp.policies"
+    else:
+        how = "FSDPStrategy wrapping the model (FSDP1, deprecated), built by hf_lightning.strategies.fsdp.policies"
+    return honoured(how + where, strategy_details=details)
+
+
+def _fsdp_config(field: str, value: Any, ctx: Context) -> Decision:
+    if not ctx.get("fsdp"):
+        return not_applicable("fsdp is off")
+    return honoured("normalised into the FSDP strategy description (see fsdp)")
+
+
+# ------------------------------------------------------------------ DeepSpeed
+
+# The config resolution lives in hf_lightning.strategies.deepspeed.config (pure dict work; `resolve_deepspeed_config` is
+# re-exported here for older importers).
+from hf_lightning.strategies.deepspeed.config import (  # noqa: E402
+    config_owns_optimizer,
+    config_owns_scheduler,
+    is_offload,
+    resolve_deepspeed_config,
+    zero_stage,
+)
+
+
+def _deepspeed_refusal(ctx: Context) -> str | None:
+    """Where DeepSpeed cannot run here, and the reference's own Trainer-build refusals (checked before the config)."""
+    if ctx.accelerator != "gpu":
+        return (
+            "DeepSpeed needs CUDA GPUs (Lightning's DeepSpeedStrategy runs only there), and this run has none "
+            "(use_cpu=True or no CUDA device); remove deepspeed, or run on CUDA GPUs"
+        )
+    if "deepspeed" not in ctx.env.installed_packages:
+        return "the deepspeed package is not installed: pip install hf-lightning[deepspeed]"
+    if not ctx.landed("deepspeed"):
+        return not_landed_message("deepspeed", "use DDP for now (launch with torchrun without deepspeed)")
+    if ctx.get("save_only_model") and ctx.get("load_best_model_at_end"):
+        return "DeepSpeed can't be used with `save_only_model` along with `load_best_model_at_end`; drop one of them"
+    if ctx.get("torch_compile"):
+        return "torch_compile with DeepSpeed is not supported yet by hf_lightning; set torch_compile=False"
+    return None
+
+
+def _deepspeed(field: str, value: Any, ctx: Context) -> Decision:
+    if not value:
+        return honoured("no DeepSpeed")
+    refusal = _deepspeed_refusal(ctx)
+    if refusal:
+        return refused(refusal)
+    try:
+        resolved = resolve_deepspeed_config(value, ctx.args, ctx.env.world_size)
+    except (ValueError, OSError) as error:
+        return refused(str(error))
+    config = resolved.config
+    stage = zero_stage(config)
+    if stage == 3 and ctx.get("auto_find_batch_size"):
+        return refused(
+            "`auto_find_batch_size` isn't supported yet with DeepSpeed Zero-3. Please consider using Zero-2, "
+            "Zero-1, or FSDP"
+        )
+    optimizer = "the config's optimizer section" if config_owns_optimizer(config) else "args.optim"
+    if config_owns_scheduler(config):
+        scheduler = "the config's scheduler section (stepped by the engine)"
+    elif config_owns_optimizer(config):
+        scheduler = "lr_scheduler_type, built on DeepSpeed's optimizer and stepped by the engine"
+    else:
+        scheduler = "lr_scheduler_type, stepped by the trainer"
+    pending = f"; {len(resolved.mismatches)} mismatch(es) with the arguments raise at train()" if resolved.mismatches else ""
+    return honoured(
+        f"HFDeepSpeedStrategy (hf_lightning.strategies.deepspeed.strategy): the engine wraps the model, ZeRO stage "
+        f"{max(stage, 0)}{', offload' if is_offload(config) else ''}; optimizer from {optimizer}, schedule from "
+        f"{scheduler}; 'auto' values filled from the arguments (R7.1), train-start ones at train(){pending}",
+        strategy_kwargs={"config": config},
+        strategy_details={"mismatches": resolved.mismatches, "zero_stage": stage, "offload": is_offload(config)},
+    )
+
+
+ENTRIES: list[FieldEntry] = [
+    FieldEntry(
+        "ddp_find_unused_parameters",
+        None,
+        _ddp_find_unused_parameters,
+        "DDPStrategy `find_unused_parameters` (default rule R7.3)",
+    ),
+    FieldEntry("ddp_bucket_cap_mb", None, _ddp_option("bucket_cap_mb"), "DDPStrategy `bucket_cap_mb`"),
+    FieldEntry(
+        "ddp_broadcast_buffers", None, _ddp_option("broadcast_buffers"), "DDPStrategy `broadcast_buffers`"
+    ),
+    FieldEntry("ddp_static_graph", None, _ddp_option("static_graph"), "DDPStrategy `static_graph`"),
+    FieldEntry("ddp_backend", None, _ddp_backend, "strategy `process_group_backend`"),
+    FieldEntry("ddp_timeout", 1800, _ddp_timeout, "strategy `timeout`"),
+    FieldEntry("fsdp", None, _fsdp, "FSDP strategies (needs a launcher; CUDA GPUs or CPU)", feature="fsdp"),
+    FieldEntry("fsdp_config", None, _fsdp_config, "FSDP options", feature="fsdp"),
+    FieldEntry("deepspeed", None, _deepspeed, "DeepSpeedStrategy (needs CUDA)", feature="deepspeed"),
+]

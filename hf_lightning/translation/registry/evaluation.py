@@ -1,0 +1,417 @@
+"""Registry entries: evaluation, metrics, saving, Hub, best model and resume, Seq2Seq generation.
+
+These fields belong to features that land in later issues (see `registry/features.py`): until
+then a value that would change what `train()` does is refused, and the defaults are accepted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hf_lightning.translation.registry.core import (
+    Context,
+    Decision,
+    FieldEntry,
+    equals,
+    gated,
+    honoured,
+    not_applicable,
+    not_landed_message,
+    refused,
+    warned,
+)
+
+_EVAL_ONLY = "used by evaluate()/predict(), which have not landed in hf_lightning yet; training is unaffected"
+_EVAL_FIX = "set eval_strategy='no' (the default) and evaluate after train() with your own code"
+
+
+def _eval_only(how_landed: str) -> Any:
+    """An evaluation-time field: no effect on `train()` while evaluation has not landed."""
+    return gated(
+        "evaluation",
+        is_neutral=lambda value, ctx: True,
+        how_landed=how_landed,
+        how_neutral=_EVAL_ONLY,
+        fix=_EVAL_FIX,
+    )
+
+
+def _eval_strategy(field: str, value: Any, ctx: Context) -> Decision:
+    if value == "no":
+        return honoured("no evaluation during training")
+    if ctx.landed("evaluation"):
+        return honoured("facade: evaluation at optimizer-step boundaries / epoch ends, after logging (R6.1)")
+    return refused(not_landed_message("evaluation", _EVAL_FIX))
+
+
+def _during_training(how_landed: str) -> Any:
+    """A field read only while evaluating during training."""
+
+    def handler(field: str, value: Any, ctx: Context) -> Decision:
+        if ctx.get("eval_strategy") == "no":
+            return not_applicable("eval_strategy is 'no'")
+        if ctx.landed("evaluation"):
+            return honoured(how_landed)
+        return not_applicable("see eval_strategy")
+
+    return handler
+
+
+def _eval_steps(field: str, value: Any, ctx: Context) -> Decision:
+    if ctx.get("eval_strategy") != "steps":
+        return not_applicable("eval_strategy is not 'steps'")
+    return _during_training("flow callback: evaluates when global_step % eval_steps == 0")(field, value, ctx)
+
+
+# ------------------------------------------------------------------ saving
+
+_SAVE_FIX = "set save_strategy='no' and call trainer.save_model() after train()"
+
+
+def _save_strategy(field: str, value: Any, ctx: Context) -> Decision:
+    if value == "no":
+        return honoured("no checkpoints during training")
+    if ctx.landed("checkpoints"):
+        return honoured("facade: checkpoints at optimizer-step boundaries / epoch ends (spec part 2, 3)")
+    if value == "steps":
+        return warned(
+            "checkpoint saving has not landed in hf_lightning yet: no checkpoints are written (the reference "
+            f"would save every {ctx.get('save_steps')} steps and at the last step); set save_strategy='no' "
+            "to silence this warning"
+        )
+    return refused(not_landed_message("checkpoints", _SAVE_FIX))
+
+
+def _save_option(default: Any, how_landed: str) -> Any:
+    """A field read only when checkpoints are saved during training."""
+
+    def handler(field: str, value: Any, ctx: Context) -> Decision:
+        if ctx.get("save_strategy") == "no":
+            return not_applicable("save_strategy is 'no'")
+        if ctx.landed("checkpoints"):
+            return honoured(how_landed)
+        if value == default:
+            return not_applicable("checkpoint saving has not landed yet (see save_strategy)")
+        return refused(not_landed_message("checkpoints", _SAVE_FIX))
+
+    return handler
+
+
+# ------------------------------------------------------------------ hub
+
+_HUB_FIX = (
+    "save locally and upload with huggingface_hub "
+    "(HfApi().upload_folder(folder_path=output_dir, repo_id=...))"
+)
+
+
+def _hub_option(default: Any) -> Any:
+    """Any non-default hub_* value asks for Hub behaviour."""
+
+    def handler(field: str, value: Any, ctx: Context) -> Decision:
+        if ctx.landed("hub"):
+            if ctx.get("push_to_hub"):
+                return honoured("facade: used when pushing to the Hub")
+            return not_applicable("push_to_hub is off")
+        if value == default:
+            return not_applicable("Hub support has not landed yet (see push_to_hub)")
+        return refused(not_landed_message("hub", _HUB_FIX))
+
+    return handler
+
+
+def _hub_token(field: str, value: Any, ctx: Context) -> Decision:
+    if ctx.landed("hub") and ctx.get("push_to_hub"):
+        return honoured("facade: Hub credentials (never written to disk)")
+    return not_applicable("only used for Hub pushes; never written to disk")
+
+
+# ------------------------------------------------------------------ best model, resume
+
+
+def _load_best_model_at_end(field: str, value: Any, ctx: Context) -> Decision:
+    if not value:
+        return honoured("the final model is the last one")
+    for feature in ("evaluation", "checkpoints"):
+        if not ctx.landed(feature):
+            return refused(not_landed_message(feature, "set load_best_model_at_end=False for now"))
+    return honoured("facade: reloads the best checkpoint after training")
+
+
+def _best_metric_option(field: str, value: Any, ctx: Context) -> Decision:
+    if value is None:
+        return not_applicable("no metric chosen")
+    if ctx.landed("evaluation"):
+        return honoured(
+            "facade: compares evaluation metrics (best checkpoint, load_best_model_at_end, metric-driven schedules)"
+        )
+    return not_applicable("only read while evaluating, which has not landed in hf_lightning yet")
+
+
+def _resume_option(how_landed: str) -> Any:
+    def handler(field: str, value: Any, ctx: Context) -> Decision:
+        if ctx.landed("resume"):
+            return honoured(how_landed)
+        return not_applicable(
+            "only read when resuming from a checkpoint, which has not landed in hf_lightning yet "
+            "(train(resume_from_checkpoint=...) raises ValueError)"
+        )
+
+    return handler
+
+
+def _enable_jit_checkpoint(field: str, value: Any, ctx: Context) -> Decision:
+    if not value:
+        return honoured("no checkpoint on SIGTERM")
+    if ctx.landed("jit_checkpoint"):
+        return honoured("facade: a SIGTERM handler saves a checkpoint before exiting")
+    return refused(not_landed_message("jit_checkpoint", "set enable_jit_checkpoint=False"))
+
+
+# ------------------------------------------------------------------ seq2seq generation
+
+
+def _generation_option(default: Any) -> Any:
+    """A Seq2Seq generation field: read by `HFLightningSeq2SeqTrainer` (the plain trainer ignores it, as the
+    reference does)."""
+
+    def handler(field: str, value: Any, ctx: Context) -> Decision:
+        if not ctx.landed("evaluation"):
+            return not_applicable(_EVAL_ONLY)
+        if not ctx.landed("generation"):
+            if value == default:
+                return not_applicable("generation during evaluation has not landed yet")
+            return refused(not_landed_message("generation", "set predict_with_generate=False"))
+        if field == "generation_config":
+            if value is None:
+                return not_applicable("the model's own generation_config is used")
+            return honoured(
+                "Seq2SeqTrainer: loaded (a GenerationConfig, a file or folder, or a model id; needs transformers) "
+                "into model.generation_config at construction"
+            )
+        if field == "predict_with_generate":
+            if not value:
+                return not_applicable("evaluate()/predict() return the forward's outputs (no generate())")
+            return honoured(
+                "Seq2SeqTrainer: evaluate()/predict() return generate() tokens, padded with the pad id to the "
+                "generation config's max_length; the loss is still reported"
+            )
+        if not ctx.get("predict_with_generate"):
+            return not_applicable("predict_with_generate is False")
+        if value is None:
+            return not_applicable("not set: generate() uses model.generation_config")
+        return honoured(
+            "Seq2SeqTrainer: passed to generate() in evaluate()/predict() unless the call gives its own value"
+        )
+
+    return handler
+
+
+def _sortish_sampler(field: str, value: Any, ctx: Context) -> Decision:
+    if value:
+        return warned("sortish_sampler has no effect (it has none in the reference 5.24 either)")
+    return not_applicable("no effect in the reference 5.24")
+
+
+ENTRIES: list[FieldEntry] = [
+    FieldEntry("eval_strategy", "no", _eval_strategy, "evaluation during training", feature="evaluation"),
+    FieldEntry("eval_steps", None, _eval_steps, "evaluation interval", feature="evaluation"),
+    FieldEntry(
+        "eval_delay",
+        0,
+        _during_training("flow callback: no evaluation before this step / epoch"),
+        "first evaluation step / epoch",
+        feature="evaluation",
+    ),
+    FieldEntry(
+        "per_device_eval_batch_size",
+        8,
+        _eval_only("dataloaders.py: batch size of the eval / test dataloaders"),
+        "eval dataloader batch size",
+        feature="evaluation",
+    ),
+    FieldEntry(
+        "prediction_loss_only",
+        False,
+        _eval_only("facade: evaluation returns only the loss"),
+        "loss-only evaluation",
+        feature="evaluation",
+    ),
+    FieldEntry(
+        "eval_on_start",
+        False,
+        gated(
+            "evaluation",
+            is_neutral=equals(False),
+            how_landed="facade: one evaluation before the first update",
+            how_neutral="no evaluation before training",
+            fix="set eval_on_start=False",
+        ),
+        "evaluation before the first update",
+        feature="evaluation",
+    ),
+    FieldEntry(
+        "eval_do_concat_batches",
+        True,
+        _eval_only("facade: predictions concatenated across batches"),
+        "concatenate predictions",
+        feature="evaluation",
+    ),
+    FieldEntry(
+        "eval_use_gather_object",
+        False,
+        _eval_only("facade: gathers arbitrary objects across processes"),
+        "gather Python objects",
+        feature="evaluation",
+    ),
+    FieldEntry(
+        "eval_accumulation_steps",
+        None,
+        _eval_only("facade: predictions moved to CPU every n eval steps"),
+        "offload predictions",
+        feature="evaluation",
+    ),
+    FieldEntry(
+        "include_for_metrics",
+        [],
+        _eval_only("facade: inputs / losses passed to compute_metrics"),
+        "extra inputs of compute_metrics",
+        feature="evaluation",
+    ),
+    FieldEntry(
+        "batch_eval_metrics",
+        False,
+        _eval_only("facade: compute_metrics called per batch"),
+        "per-batch metrics",
+        feature="evaluation",
+    ),
+    FieldEntry(
+        "save_only_model",
+        False,
+        _save_option(False, "checkpoint.py: model weights only"),
+        "checkpoints without optimizer state",
+        feature="checkpoints",
+    ),
+    FieldEntry(
+        "save_strategy",
+        "steps",
+        _save_strategy,
+        "checkpoints during training, written atomically",
+        feature="checkpoints",
+    ),
+    FieldEntry(
+        "save_steps",
+        500,
+        _save_option(500, "flow callback: saves when global_step % save_steps == 0 and at the end"),
+        "save interval",
+        feature="checkpoints",
+    ),
+    FieldEntry(
+        "save_on_each_node",
+        False,
+        _save_option(False, "checkpoint.py: local rank 0 of every node saves"),
+        "which processes save",
+        feature="checkpoints",
+    ),
+    FieldEntry(
+        "save_total_limit",
+        None,
+        _save_option(None, "checkpoint.py: rotation, keeping the best (spec part 2, 3)"),
+        "checkpoint rotation",
+        feature="checkpoints",
+    ),
+    FieldEntry(
+        "enable_jit_checkpoint", False, _enable_jit_checkpoint, "checkpoint on SIGTERM", feature="jit_checkpoint"
+    ),
+    FieldEntry(
+        "push_to_hub",
+        False,
+        gated(
+            "hub",
+            is_neutral=equals(False),
+            how_landed="facade: pushes to the Hub per hub_strategy",
+            how_neutral="no Hub push",
+            fix=_HUB_FIX,
+        ),
+        "Hub pushes (refused until Hub support lands)",
+        feature="hub",
+    ),
+    FieldEntry("hub_token", None, _hub_token, "Hub token; never written to disk"),
+    FieldEntry("hub_private_repo", None, _hub_option(None), "Hub repo visibility", feature="hub"),
+    FieldEntry("hub_model_id", None, _hub_option(None), "Hub repo id", feature="hub"),
+    FieldEntry("hub_strategy", "every_save", _hub_option("every_save"), "when to push", feature="hub"),
+    FieldEntry("hub_always_push", False, _hub_option(False), "push even if a push is running", feature="hub"),
+    FieldEntry("hub_revision", None, _hub_option(None), "Hub branch / revision", feature="hub"),
+    FieldEntry(
+        "load_best_model_at_end",
+        False,
+        _load_best_model_at_end,
+        "reload the best checkpoint (needs evaluation and checkpoints)",
+        feature="evaluation",
+    ),
+    FieldEntry(
+        "metric_for_best_model",
+        None,
+        _best_metric_option,
+        "metric that defines the best model",
+        feature="evaluation",
+    ),
+    FieldEntry(
+        "greater_is_better", None, _best_metric_option, "direction of that metric", feature="evaluation"
+    ),
+    FieldEntry(
+        "ignore_data_skip",
+        False,
+        _resume_option(
+            "resume.py: when True the resumed epoch restarts from its first batch (global_step continues); "
+            "when False the batches already trained on are skipped at the sampler level and the RNG restored "
+            "after the first window, as the reference does"
+        ),
+        "resume without skipping batches",
+        feature="resume",
+    ),
+    FieldEntry(
+        "restore_callback_states_from_checkpoint",
+        False,
+        _resume_option(
+            "resume.py: each stateful callback stored in trainer_state.json is rebuilt as cls(**args) with its "
+            "attributes and appended after the others; the stored TrainerControl replaces trainer.control"
+        ),
+        "restore callbacks on resume",
+        feature="resume",
+    ),
+]
+
+SEQ2SEQ_ENTRIES: list[FieldEntry] = [
+    FieldEntry(
+        "sortish_sampler", False, _sortish_sampler, "no effect (as in the reference); warns when True"
+    ),
+    FieldEntry(
+        "predict_with_generate",
+        False,
+        _generation_option(False),
+        "generate() in evaluate / predict",
+        feature="generation",
+    ),
+    FieldEntry(
+        "generation_max_length",
+        None,
+        _generation_option(None),
+        "`max_length` for generate()",
+        feature="generation",
+    ),
+    FieldEntry(
+        "generation_num_beams",
+        None,
+        _generation_option(None),
+        "`num_beams` for generate()",
+        feature="generation",
+    ),
+    FieldEntry(
+        "generation_config",
+        None,
+        _generation_option(None),
+        "GenerationConfig for generate()",
+        feature="generation",
+    ),
+]

@@ -1,0 +1,126 @@
+"""Registry entries: logging during training and experiment tracking (spec part 1, 1.1 and 6.9)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hf_lightning.integrations.loggers import logger_specs, requested_loggers
+from hf_lightning.translation.registry.core import (
+    Context,
+    Decision,
+    FieldEntry,
+    always,
+    honoured,
+    not_applicable,
+    refused,
+)
+
+
+def _logging_steps(field: str, value: Any, ctx: Context) -> Decision:
+    if ctx.get("logging_strategy") != "steps":
+        return not_applicable("logging_strategy is not 'steps'")
+    return honoured(
+        "flow callback: logs when global_step % logging_steps == 0; a ratio < 1 is resolved at train start"
+    )
+
+
+def _log_on_each_node(field: str, value: Any, ctx: Context) -> Decision:
+    if ctx.env.num_nodes > 1:
+        return honoured("facade: should_log is local rank 0 of each node if True, else global rank 0")
+    return not_applicable("one node: rank 0 logs with either value")
+
+
+def _include_num_input_tokens_seen(field: str, value: Any, ctx: Context) -> Decision:
+    # the reference's __post_init__ maps bools; duck-typed arguments may still hold one
+    mode = {True: "all", False: "no"}.get(value, value) if isinstance(value, bool) else value
+    if mode == "no":
+        return honoured("no token counting", module_settings={"include_num_input_tokens_seen": "no"})
+    if mode not in ("all", "non_padding"):
+        return refused("expected 'all', 'non_padding' or 'no'")
+    return honoured(
+        f"HFLightningModule: counts {'every' if mode == 'all' else 'non-padding'} input token; tokens/s logged",
+        module_settings={"include_num_input_tokens_seen": mode},
+    )
+
+
+def _disable_tqdm(field: str, value: Any, ctx: Context) -> Decision:
+    if value:
+        return honoured("facade: each log dict is printed (Lightning's own progress bar stays off)")
+    return honoured("facade: tqdm bar over update steps on rank 0 (Lightning's own progress bar stays off)")
+
+
+def _report_to(field: str, value: Any, ctx: Context) -> Decision:
+    try:
+        specs = logger_specs(ctx.args, ctx.env)
+    except ValueError as error:
+        return refused(str(error))
+    if not specs:
+        return honoured("no experiment tracker")
+    names = ", ".join(spec["name"] for spec in specs)
+    return honoured(
+        f"Lightning loggers ({names}) fed from log_history with each backend's reference key convention (train/, eval/, test/ prefixes; MLflow unprefixed)",
+        loggers=tuple(specs),
+    )
+
+
+def _run_name(field: str, value: Any, ctx: Context) -> Decision:
+    try:
+        requested = requested_loggers(ctx.get("report_to"), ctx.env)
+    except ValueError:
+        requested = []  # report_to's own note carries the refusal
+    if not requested:
+        return not_applicable("read by experiment trackers; none is in use")
+    return honoured("loggers.py: run name given to the experiment trackers")
+
+
+def _trackio_only(field: str, value: Any, ctx: Context) -> Decision:
+    return not_applicable("read by the Trackio integration only, which hf_lightning does not support")
+
+
+ENTRIES: list[FieldEntry] = [
+    FieldEntry(
+        "logging_strategy",
+        "steps",
+        always("flow callback: training logs at optimizer-step boundaries or epoch ends (R6.1)"),
+        "when training logs are written",
+    ),
+    FieldEntry("logging_steps", 500, _logging_steps, "logging interval (int or ratio)"),
+    FieldEntry(
+        "logging_first_step",
+        False,
+        always("flow callback: also logs after update 1 when True"),
+        "log after the first update",
+    ),
+    FieldEntry("log_on_each_node", True, _log_on_each_node, "which processes log"),
+    FieldEntry(
+        "logging_nan_inf_filter",
+        True,
+        always("HFLightningModule: NaN/Inf micro-losses replaced in the logged average when True (R6.3)"),
+        "NaN/Inf filter of the logged loss",
+    ),
+    FieldEntry("include_num_input_tokens_seen", "no", _include_num_input_tokens_seen, "token counting"),
+    FieldEntry(
+        "log_level",
+        "passive",
+        always("facade: verbosity of the main process's hf_lightning (and transformers) loggers"),
+        "main-process verbosity",
+    ),
+    FieldEntry(
+        "log_level_replica",
+        "warning",
+        always("facade: verbosity of the other processes"),
+        "replica verbosity",
+    ),
+    FieldEntry("disable_tqdm", None, _disable_tqdm, "progress bar or printed logs"),
+    FieldEntry(
+        "report_to",
+        "none",
+        _report_to,
+        "Lightning loggers: tensorboard, csv, mlflow, wandb, comet_ml (other names refused)",
+    ),
+    FieldEntry("run_name", None, _run_name, "run name for the loggers"),
+    FieldEntry("project", "huggingface", _trackio_only, "Trackio only: accepted, no effect"),
+    FieldEntry("trackio_space_id", None, _trackio_only, "Trackio only: accepted, no effect"),
+    FieldEntry("trackio_bucket_id", None, _trackio_only, "Trackio only: accepted, no effect"),
+    FieldEntry("trackio_static_space_id", None, _trackio_only, "Trackio only: accepted, no effect"),
+]
