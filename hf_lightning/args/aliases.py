@@ -1,7 +1,7 @@
-"""v4-era argument names (spec section 1.4) accepted as constructor keywords and folded into v5 fields.
+"""v4-era argument names (R1.5) accepted as constructor keywords and folded into v5 fields.
 
 They are not dataclass fields: ``dataclasses.fields()`` and ``to_dict()`` hold only the reference's v5
-names. Each alias warns with a ``FutureWarning``, translates per the spec's table, raises ``ValueError``
+names. Each alias warns with a ``FutureWarning``, translates to its v5 field, raises ``ValueError``
 when it conflicts with a value given for its replacement, and refuses values v5 cannot honour.
 An alias given at its v4 default value (as found in a v4 ``to_dict()`` dump) only warns.
 """

@@ -1,4 +1,4 @@
-"""FSDP and DeepSpeed argument processing done while building ``TrainingArguments`` (spec R7.1, R7.2).
+"""FSDP and DeepSpeed argument processing done while building ``TrainingArguments`` (R7.1, R7.2).
 
 Pure dictionary work: nothing here imports accelerate or deepspeed. The results live on the
 arguments object (``fsdp_plugin_args``, ``hf_deepspeed_config``, ``deepspeed_mismatches``) for the

@@ -1,4 +1,4 @@
-"""Convenience setters of ``TrainingArguments`` (spec R1.11), kept apart from the normalisation code.
+"""Convenience setters of ``TrainingArguments`` (R1.11), kept apart from the normalisation code.
 
 Each assigns fields directly and returns ``self``; like the reference, none re-runs ``__post_init__``
 or the validation, so derived values are not recomputed.

@@ -1,4 +1,4 @@
-"""Argument-construction validation rules V1..V16 of the spec (section 1.3).
+"""Argument-construction validation rules V1..V16.
 
 Each rule is a small function raising ``ValueError`` with a message naming the field(s) and the fix.
 ``validate_arguments`` runs the rules the reference checks in ``_validate_args``, in its order; the

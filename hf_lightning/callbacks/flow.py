@@ -17,7 +17,7 @@ def _strategy(value: Any) -> Any:
 class DefaultFlowCallback(TrainerCallback):
     """Sets `should_log` / `should_evaluate` / `should_save` / `should_training_stop` at step and epoch ends.
 
-    Reads the strategies from `args` and the resolved step intervals from `state` (spec part 2, 4.6 and 2.16).
+    Reads the strategies from `args` and the resolved step intervals from `state` (CB-4.6, EVAL-2.16).
     """
 
     def on_step_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> Any:

@@ -108,7 +108,7 @@ class TrainerState:
     def compute_steps(self, args: Any, max_steps: int) -> None:
         """Resolve `logging_steps`, `eval_steps`, `save_steps` of `args` into absolute step counts.
 
-        A value below 1 is a fraction of `max_steps`, rounded up (spec R2.9); `None` keeps the state's value.
+        A value below 1 is a fraction of `max_steps`, rounded up (R2.9); `None` keeps the state's value.
         The arguments are not modified.
         """
         for step_kind in ("logging", "eval", "save"):

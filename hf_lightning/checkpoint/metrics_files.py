@@ -1,6 +1,6 @@
 """Metric output helpers of the reference's Trainer: `metrics_format`, `log_metrics`, `save_metrics`.
 
-Same strings and files as transformers' `trainer_pt_utils` (spec part 2, section 8), without importing it.
+Same strings and files as transformers' `trainer_pt_utils` (METRICS-8), without importing it.
 """
 
 from __future__ import annotations

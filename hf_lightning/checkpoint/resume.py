@@ -1,6 +1,6 @@
 """Resuming training from a checkpoint: choosing it, loading it without running pickled code, fast-forwarding.
 
-The reference's `train(resume_from_checkpoint=...)` (spec part 2, 3.13-3.15; part 1 R2.10), split over the run:
+The reference's `train(resume_from_checkpoint=...)` (CKPT-3.13 to CKPT-3.15, R2.10), split over the run:
 `prepare_resume` at `train()` entry (choose the folder, load the weights, read every file up front so a bad one is
 refused before training), `restore_trainer_state` where the reference's `_init_training_state` runs,
 `position_lightning_loops` before `fit` (Lightning's epoch and step counters start where the checkpoint stopped),

@@ -1,6 +1,6 @@
 """Saving side of checkpoints for the trainer facade: `_save_checkpoint`, `save_model`, best-model tracking.
 
-Writes the reference's layout (spec part 2, section 3) atomically: everything goes into a hidden temporary
+Writes the reference's layout (CKPT-3.2) atomically: everything goes into a hidden temporary
 sibling folder, which gets a completion marker last and is then renamed to `checkpoint-<step>`; old checkpoints
 are rotated out only after that. `training_args.bin` holds a plain, token-free dict, loadable with
 `torch.load(weights_only=True)` (the reference pickles its `TrainingArguments`, token included).
@@ -166,7 +166,7 @@ class CheckpointMixin(MetricsIOMixin):
     # ---- checkpoint ------------------------------------------------------------------------------------------
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        """Write `checkpoint-<global_step>` atomically, then rotate old checkpoints (spec 3.6). All ranks.
+        """Write `checkpoint-<global_step>` atomically, then rotate old checkpoints (CKPT-3.6). All ranks.
 
         Order as the reference: flos, model files, best checkpoint path, optimizer / scheduler / scaler / RNG,
         trainer state; then (ours) fsync, completion marker, rename into place; then rotation.
@@ -314,7 +314,7 @@ class CheckpointMixin(MetricsIOMixin):
     # ---- best metric and best model --------------------------------------------------------------------------
 
     def _determine_best_metric(self, metrics: dict[str, float], trial: Any) -> bool:
-        """Update `best_metric` (and `best_global_step`) from an evaluation; True when it improved (spec 3.7)."""
+        """Update `best_metric` (and `best_global_step`) from an evaluation; True when it improved (CKPT-3.7)."""
         import numpy as np
 
         if self.args.metric_for_best_model is None:

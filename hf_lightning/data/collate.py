@@ -1,4 +1,4 @@
-"""Batch collation with the reference's behaviour, quirks included (spec R3.10, R3.11).
+"""Batch collation with the reference's behaviour, quirks included (R3.10, R3.11).
 
 Ports of transformers' `default_data_collator` (torch flavour), `DataCollatorWithPadding` and
 `RemoveColumnsCollator`, so that transformers stays optional.

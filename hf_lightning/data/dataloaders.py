@@ -1,4 +1,4 @@
-"""Train / eval / test DataLoaders built exactly as the reference builds and prepares them (spec section 3).
+"""Train / eval / test DataLoaders built exactly as the reference builds and prepares them (R3.1-R3.12).
 
 DataLoader arguments and worker seeding (R3.8), whole-batch sharding across processes (R3.4), epoch
 forwarding (R3.7) and `num_examples`; the sampler choice and column removal come from `data.py`.

@@ -1,4 +1,4 @@
-"""What the reference reads from the model and the data before it builds a DataLoader (spec section 3).
+"""What the reference reads from the model and the data before it builds a DataLoader (R3.1, R3.11, R3.12).
 
 Covers label-name inference (R3.12), `forward`-signature columns and column removal (R3.11) and the
 sampler choice (R3.1). The DataLoaders themselves are built in `dataloaders.py`. transformers, accelerate and datasets are never imported here.

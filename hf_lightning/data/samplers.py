@@ -1,4 +1,4 @@
-"""Train / eval samplers that visit examples in exactly the reference's order (spec R3.1-R3.6).
+"""Train / eval samplers that visit examples in exactly the reference's order (R3.1-R3.6).
 
 Ports of accelerate's `SeedableRandomSampler` and `BatchSamplerShard` and of transformers'
 `LengthGroupedSampler` and `BatchRebalanceSampler`; neither library is imported here.

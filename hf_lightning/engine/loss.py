@@ -1,6 +1,6 @@
 """Loss helpers of the reference Trainer: label smoothing, the window's label count, loss extraction.
 
-Spec part 1, section 4 (R4.1 - R4.3, R4.9). transformers is consulted lazily, and only for models that
+Rules R4.1 - R4.3 and R4.9. transformers is consulted lazily, and only for models that
 come from it, to decide whether a model's loss shifts its labels (causal LM).
 """
 

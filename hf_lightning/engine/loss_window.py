@@ -1,4 +1,4 @@
-"""The running training loss between two logs, with the reference's NaN/Inf filter (spec R6.3) applied lazily.
+"""The running training loss between two logs, with the reference's NaN/Inf filter (R6.3) applied lazily.
 
 The reference adds each micro-batch loss to `tr_loss`, except a NaN/Inf loss, for which it adds the window's
 running mean `tr_loss / (1 + global_step - last_logged_step)`. Deciding that per micro-batch reads the loss on

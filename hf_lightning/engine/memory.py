@@ -1,4 +1,4 @@
-"""`TrainerMemoryTracker`: the reference's memory metrics (`skip_memory_metrics=False`; spec part 2, 2.13).
+"""`TrainerMemoryTracker`: the reference's memory metrics (`skip_memory_metrics=False`; EVAL-2.13).
 
 A port of transformers' `trainer_utils.TrainerMemoryTracker`. Each stage (`init`, `train`, `eval`, `test`)
 measures the process's resident memory (psutil) and, when an accelerator is present, its allocated memory,

@@ -1,7 +1,7 @@
 """Step and epoch arithmetic of the reference Trainer, as pure functions.
 
 Everything here counts optimizer updates ("steps") and micro-batches the way the reference does
-(spec part 1, section 2), so the facade and the LightningModule never re-derive these numbers.
+(R2.1-R2.10), so the facade and the LightningModule never re-derive these numbers.
 """
 
 from __future__ import annotations

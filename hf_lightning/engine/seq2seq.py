@@ -1,4 +1,4 @@
-"""`HFLightningSeq2SeqTrainer`: transformers' `Seq2SeqTrainer` on the hf_lightning facade (spec part 2, section 6).
+"""`HFLightningSeq2SeqTrainer`: transformers' `Seq2SeqTrainer` on the hf_lightning facade (S2S-6.1 to S2S-6.3).
 
 It adds generation to evaluation: with `predict_with_generate=True`, `evaluate()` / `predict()` return the
 tokens of `model.generate()` instead of logits, padded as the reference pads them, and still report the loss.
@@ -157,7 +157,7 @@ class HFLightningSeq2SeqTrainer(HFLightningTrainer):
     ) -> dict[str, float]:
         """`Trainer.evaluate` with `generate()` keywords (`max_length`, `num_beams`, ...) for `predict_with_generate`."""
         self._gen_kwargs = resolve_gen_kwargs(gen_kwargs, self.args)
-        # The reference gathers without dropping the last batch's padding samples here (spec 2.10).
+        # The reference gathers without dropping the last batch's padding samples here (EVAL-2.10).
         self._gather_drops_padding = False
         return super().evaluate(eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
 

@@ -246,7 +246,7 @@ class TrainingStepMixin:
     def _maybe_log_save_evaluate(
         self, grad_norm: Any, epoch: int, learning_rate: float | None = None
     ) -> None:
-        """Log, then evaluate, then save, as the flow callbacks decided (spec part 2, 2.17)."""
+        """Log, then evaluate, then save, as the flow callbacks decided (EVAL-2.17)."""
         if self.control.should_log and self.state.global_step > self._globalstep_last_logged:
             logs: dict[str, float] = {}
             tr_loss_scalar = self._gather_mean(self._tr_loss.settle()).item()

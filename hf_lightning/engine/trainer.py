@@ -87,7 +87,7 @@ class HFLightningTrainer(
             args = TrainingArguments(output_dir="tmp_trainer")
         self.args = as_training_arguments(args)
         args = self.args
-        # Several GPUs and no launcher: one process per GPU, as Lightning's DDP launcher does (decisions.md).
+        # Several GPUs and no launcher: one process per GPU, as Lightning's DDP launcher does (docs/divergences.md).
         maybe_launch_over_devices(args)
         seed_from_args(args)
         # Memory metrics (skip_memory_metrics=False): the `init` stage spans the rest of the constructor.
@@ -240,7 +240,7 @@ class HFLightningTrainer(
         return LabelSmoother(epsilon=self.args.label_smoothing_factor)
 
     def _validate_constructor(self) -> None:
-        """The reference's constructor errors (spec part 2, 1.1.4), same exception types."""
+        """The reference's constructor errors (API-1.1.4), same exception types."""
         args = self.args
         if self.model_init is not None and (self.optimizer is not None or self.lr_scheduler is not None):
             raise RuntimeError(

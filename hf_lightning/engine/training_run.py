@@ -1,7 +1,7 @@
 """One `train()` call: the reference's set-up and finalisation around Lightning's `fit`.
 
 Kept apart from the facade so `trainer.py` holds the overridable API and this module holds the
-orchestration (spec part 2, 1.4: the call order inside `train()`).
+orchestration (API-1.4: the call order inside `train()`).
 """
 
 from __future__ import annotations

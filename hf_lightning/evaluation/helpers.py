@@ -1,8 +1,8 @@
 """Pure helpers of the evaluation loop, ported from transformers' `trainer_pt_utils` / `trainer_utils`.
 
-Spec part 2, section 2: concatenation of per-batch results with -100 padding on dim 1 (2.4), accumulation
-on CPU (2.5), metric de-numpification (2.2), speed metrics (2.12), and the single-process version of
-accelerate's `gather_for_metrics`, which drops the padding samples of the last batch (2.9). transformers
+Concatenation of per-batch results with -100 padding on dim 1 (EVAL-2.4), accumulation on CPU (EVAL-2.5),
+metric de-numpification (EVAL-2.2), speed metrics (EVAL-2.12), and the single-process version of
+accelerate's `gather_for_metrics`, which drops the padding samples of the last batch (EVAL-2.9). transformers
 and accelerate are not imported.
 """
 
@@ -296,7 +296,7 @@ def drop_last_batch_padding(data: Any, is_last_batch: bool, remainder: int) -> A
     """Keep the first `remainder` samples of the last batch's gathered data (accelerate's `gather_for_metrics`).
 
     In a single process this is what makes `eval_loss` sample-weighted: the last batch's loss, repeated
-    `eval_batch_size` times, is cut to the number of samples that batch really had (spec 2.9). Other batches,
+    `eval_batch_size` times, is cut to the number of samples that batch really had (EVAL-2.9). Other batches,
     an unknown remainder (-1) and a remainder of 0 leave `data` untouched. Non-tensor data is sliced as a whole,
     as accelerate does for objects it gathers with `gather_object`.
     """

@@ -1,4 +1,4 @@
-"""`evaluate`, `predict` and their loop, as in transformers' `Trainer` (spec part 2, section 2).
+"""`evaluate`, `predict` and their loop, as in transformers' `Trainer` (EVAL-2.1 to EVAL-2.17).
 
 `EvaluationMixin` is mixed into the `HFLightningTrainer` facade. It runs in the facade's process, outside
 Lightning's loops, so evaluation during training happens at the optimizer-step boundaries the facade
@@ -228,7 +228,7 @@ class EvaluationMixin:
                     )
 
                     if losses is not None:
-                        # One entry per sample so that the mean is sample-weighted (spec 2.9).
+                        # One entry per sample so that the mean is sample-weighted (EVAL-2.9).
                         losses = self._gather_for_metrics(losses.repeat(batch_size), is_loss=True)
                         all_losses.add(losses)
                     if inputs_decode is not None:
@@ -314,7 +314,7 @@ class EvaluationMixin:
         if hasattr(self, "model_preparation_time"):
             metrics[f"{metric_key_prefix}_model_preparation_time"] = self.model_preparation_time
 
-        # Prefix every key; renamed keys move to the end of the dict (spec 2.11).
+        # Prefix every key; renamed keys move to the end of the dict (EVAL-2.11).
         for key in list(metrics.keys()):
             if not key.startswith(f"{metric_key_prefix}_"):
                 metrics[f"{metric_key_prefix}_{key}"] = metrics.pop(key)
@@ -330,7 +330,7 @@ class EvaluationMixin:
         prediction_loss_only: bool,
         ignore_keys: list[str] | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-        """One evaluation step: `(loss, logits, labels)`, each None when not available (spec 2.3).
+        """One evaluation step: `(loss, logits, labels)`, each None when not available (EVAL-2.3).
 
         The loss is computed when every label name is in `inputs`, or, for models without label names, when
         `return_loss` (input, else `can_return_loss`) is true. Labels are taken before the forward because
@@ -539,7 +539,7 @@ class EvaluationMixin:
         )
 
     def _count_eval_samples(self, dataloader: Any, eval_dataset: Any, observed_num_examples: int) -> int:
-        """`num_samples` of the loop (spec 2.10): dataset length, shard count, dataloader estimate, or observed."""
+        """`num_samples` of the loop (EVAL-2.10): dataset length, shard count, dataloader estimate, or observed."""
         if has_length(eval_dataset):
             num_samples = len(eval_dataset)
         elif getattr(eval_dataset, "num_examples", 0) > 0 and is_iterable_dataset_shard(eval_dataset):

@@ -1,4 +1,4 @@
-"""Hyperparameter search with optuna, as the reference's `Trainer.hyperparameter_search` (spec part 2, section 5).
+"""Hyperparameter search with optuna, as the reference's `Trainer.hyperparameter_search` (HPO-5).
 
 Each trial re-creates the model through `model_init`, applies the trial's parameters to `trainer.args`, trains
 (checkpoints go to `output_dir/run-<trial number>`), reports every training-time evaluation to optuna so a pruner

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# The reference's integration names (spec 6.9), in its order.
+# The reference's integration names (R6.9), in its order.
 REFERENCE_INTEGRATIONS = (
     "azure_ml",
     "clearml",

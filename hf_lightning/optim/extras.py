@@ -1,4 +1,4 @@
-"""Optimizers from optional packages, and the GaLore/APOLLO parameter-group setup (spec R5.1).
+"""Optimizers from optional packages, and the GaLore/APOLLO parameter-group setup (R5.1).
 
 The handlers behind `optim.OPTIMIZER_HANDLERS` for bitsandbytes, torchao, GaLore, APOLLO, LOMO, GrokAdamW,
 schedule-free, optimi, torchdistx, torch_xla and torch_npu: each checks its package (`ctx.require`, which

@@ -1,4 +1,4 @@
-"""`GreedyLR`, the metric-driven `greedy` scheduler, and its smoothing helper (spec R5.4).
+"""`GreedyLR`, the metric-driven `greedy` scheduler, and its smoothing helper (R5.4).
 
 A port of `transformers.optimization.GreedyLR` (arXiv 2512.14527) with the same `state_dict()` keys,
 so `scheduler.pt` is interchangeable with the reference's. Adapted from Hugging Face transformers

@@ -1,4 +1,4 @@
-"""Optimizer names -> classes and kwargs, parameter groups and `optim_args` (spec R5.1-R5.3).
+"""Optimizer names -> classes and kwargs, parameter groups and `optim_args` (R5.1-R5.3).
 
 Mirrors `transformers.trainer_optimizer` and `Trainer.create_optimizer` without importing transformers.
 Optimizers from optional packages are built like the reference when the package is importable; otherwise

@@ -1,4 +1,4 @@
-"""Every `lr_scheduler_type` of the reference, as pure lambdas wrapped in torch schedulers (spec R5.4).
+"""Every `lr_scheduler_type` of the reference, as pure lambdas wrapped in torch schedulers (R5.4).
 
 Each schedule is a `LambdaLR` over a `functools.partial` of a module-level function, exactly as in
 `transformers.optimization`, so `get_last_lr()` and `state_dict()` (and therefore `scheduler.pt`)

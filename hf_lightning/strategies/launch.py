@@ -1,4 +1,4 @@
-"""One process per visible GPU for a script started with plain `python script.py` (decisions.md).
+"""One process per visible GPU for a script started with plain `python script.py` (docs/divergences.md).
 
 The reference falls back to `nn.DataParallel` when one process sees several GPUs; Lightning has no
 DataParallel, so we do what Lightning's own DDP launcher does: re-run the script once per extra device

@@ -22,7 +22,7 @@ def _build(*groups: list[FieldEntry]) -> dict[str, FieldEntry]:
     return registry
 
 
-# In the reference's field order (spec part 1, 1.1).
+# In the reference's field order (R1.1).
 TRAINING_ARGUMENTS_REGISTRY: dict[str, FieldEntry] = _build(
     training.ENTRIES,
     reporting.ENTRIES,

@@ -1,5 +1,5 @@
 """The DeepSpeed config the reference hands to `deepspeed.initialize`, built from the user's config and the
-arguments (spec R7.1): every `"auto"` filled, explicit values checked against the arguments.
+arguments (R7.1): every `"auto"` filled, explicit values checked against the arguments.
 
 The reference fills the config in four places, reproduced here in the same order:
 

@@ -1,4 +1,4 @@
-"""FSDP through Lightning, wrapping the model the way the reference (accelerate's FSDP plugin) does (spec R7.2).
+"""FSDP through Lightning, wrapping the model the way the reference (accelerate's FSDP plugin) does (R7.2).
 
 This module holds the wrap policies and the helpers the training step uses; it imports no Lightning, so the
 facade stays light to import. The strategies are in `hf_lightning/strategies/fsdp/strategy.py`:

@@ -1,4 +1,4 @@
-"""Registry entries: DDP, FSDP and DeepSpeed (spec part 1, 7.1-7.3), and the strategy choice."""
+"""Registry entries: DDP, FSDP and DeepSpeed (R7.1-R7.3), and the strategy choice."""
 
 from __future__ import annotations
 
@@ -204,9 +204,9 @@ def _fsdp_refusal(ctx: Context, plugin: dict[str, Any]) -> str | None:
     if ctx.accelerator == "mps":
         return "FSDP does not run on Apple MPS; remove fsdp, or run on CUDA GPUs or CPU (use_cpu=True)"
     if ctx.get("deepspeed"):
-        return "fsdp and deepspeed are both set (T5); choose one"
+        return "fsdp and deepspeed are both set; choose one"
     if not ctx.env.is_distributed_launch:
-        return "FSDP needs a distributed launch (T5): torchrun --nproc_per_node N your_script.py"
+        return "FSDP needs a distributed launch: torchrun --nproc_per_node N your_script.py"
     if not ctx.landed("fsdp"):
         return not_landed_message("fsdp", "use DDP for now (launch with torchrun without fsdp)")
     if ctx.get("torch_compile"):

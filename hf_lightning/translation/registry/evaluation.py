@@ -72,7 +72,7 @@ def _save_strategy(field: str, value: Any, ctx: Context) -> Decision:
     if value == "no":
         return honoured("no checkpoints during training")
     if ctx.landed("checkpoints"):
-        return honoured("facade: checkpoints at optimizer-step boundaries / epoch ends (spec part 2, 3)")
+        return honoured("facade: checkpoints at optimizer-step boundaries / epoch ends (CKPT-3.6)")
     if value == "steps":
         return warned(
             "checkpoint saving has not landed in hf_lightning yet: no checkpoints are written (the reference "
@@ -316,7 +316,7 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "save_total_limit",
         None,
-        _save_option(None, "checkpoint.py: rotation, keeping the best (spec part 2, 3)"),
+        _save_option(None, "checkpoint.py: rotation, keeping the best (CKPT-3.9)"),
         "checkpoint rotation",
         feature="checkpoints",
     ),

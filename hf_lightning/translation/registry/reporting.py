@@ -1,4 +1,4 @@
-"""Registry entries: logging during training and experiment tracking (spec part 1, 1.1 and 6.9)."""
+"""Registry entries: logging during training and experiment tracking (R1.1, R6.9)."""
 
 from __future__ import annotations
 

@@ -94,7 +94,7 @@ def _accelerator_config(field: str, value: Any, ctx: Context) -> Decision:
     if accumulation.get("num_steps") is not None and ctx.get("gradient_accumulation_steps") != 1:
         return refused(
             "gradient_accumulation_kwargs['num_steps'] is set while gradient_accumulation_steps > 1 (T9); "
-            "set only gradient_accumulation_steps"
+            "set only gradient_accumulation_steps (rules: docs/reference-behaviour.md)"
         )
     return honoured(
         "samplers.py / data.py: batch sharding and sampler options (R7.4); HFLightningModule: "
@@ -108,7 +108,7 @@ def _parallelism_config(field: str, value: Any, ctx: Context) -> Decision:
         return not_applicable("no tensor / context / sequence parallelism")
     return refused(
         "tensor / context / sequence parallelism (accelerate ParallelismConfig) is not supported by "
-        "hf_lightning (R7.5); remove parallelism_config, or use FSDP / DDP"
+        "hf_lightning (R7.5 in docs/reference-behaviour.md); remove parallelism_config, or use FSDP / DDP"
     )
 
 
@@ -157,7 +157,7 @@ def _skip_memory_metrics(field: str, value: Any, ctx: Context) -> Decision:
         return honoured("no memory metrics")
     if ctx.landed("memory_metrics"):
         return honoured(
-            "memory.py: init/train/eval/test memory deltas added to the metrics (spec 2.13, R6.6)"
+            "memory.py: init/train/eval/test memory deltas added to the metrics (EVAL-2.13, R6.6)"
         )
     return refused("memory metrics have not landed in hf_lightning yet; set skip_memory_metrics=True")
 

@@ -1,5 +1,5 @@
 """Registry entries: run length, learning rate, optimizer, stability, precision, checkpointing of
-activations, compilation and the other optimisation switches (spec part 1, 1.1 first tables)."""
+activations, compilation and the other optimisation switches (R1.1)."""
 
 from __future__ import annotations
 
