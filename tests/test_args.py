@@ -1,5 +1,5 @@
 """TrainingArguments parity with the reference (transformers 5.24): fields, normalisation, validation,
-serialisation, properties, setters, DeepSpeed / FSDP processing and conversion (spec section 1, R7.1, R7.2)."""
+serialisation, properties, setters, DeepSpeed / FSDP processing and conversion (R1.1-R1.11, V1-V16, R7.1, R7.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""v4-era keyword aliases of TrainingArguments (spec section 1.4, R1.5)."""
+"""v4-era keyword aliases of TrainingArguments (R1.5)."""
 
 from __future__ import annotations
 

@@ -310,7 +310,7 @@ def _events_with(trace, flag_index):
 
 
 def test_default_flow_reproduces_spec_trace(tmp_path):
-    # Spec part 2, 4.12: 4 steps per epoch, 2 epochs, eval per epoch, save_steps=3, logging_steps=2.
+    # CB-4.12: 4 steps per epoch, 2 epochs, eval per epoch, save_steps=3, logging_steps=2.
     args = make_args(tmp_path, eval_strategy="epoch", save_strategy="steps", save_steps=3, logging_steps=2)
     trace = run_flow(ours, args, 4, 2, 8)
     saves = [step for _, step in _events_with(trace, 2)]
@@ -318,11 +318,11 @@ def test_default_flow_reproduces_spec_trace(tmp_path):
     assert _events_with(trace, 3) == [("epoch_end", 4), ("epoch_end", 8)]
     assert [step for _, step in _events_with(trace, 4)] == [2, 4, 6, 8]
 
-    # Spec part 1, R2.9: logging_steps=0.25, max_steps=10 -> 3, 6, 9 (+1 with logging_first_step).
+    # R2.9: logging_steps=0.25, max_steps=10 -> 3, 6, 9 (+1 with logging_first_step).
     args = make_args(tmp_path, logging_steps=0.25, logging_first_step=True, save_strategy="no")
     assert [step for _, step in _events_with(run_flow(ours, args, 10, 1, 10), 4)] == [1, 3, 6, 9]
 
-    # Spec part 2, 2.16: max_steps=6, eval_steps=4, eval_delay=3 -> evaluations at 4 and 6; logs at 1, 5.
+    # EVAL-2.16: max_steps=6, eval_steps=4, eval_delay=3 -> evaluations at 4 and 6; logs at 1, 5.
     args = make_args(
         tmp_path, eval_strategy="steps", eval_steps=4, eval_delay=3, logging_first_step=True, logging_steps=5
     )

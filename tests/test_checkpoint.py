@@ -270,7 +270,7 @@ def test_rotation_leaves_folders_that_are_not_step_checkpoints(tmp_path):
     assert listing(tmp_path / "ours") == ["checkpoint-4", "checkpoint-6", "checkpoint-best"]
 
 
-# Spec part 2, 3.9 (measured): eval + save every step, 6 steps, best at step 2.
+# CKPT-3.9 (measured on the reference): eval + save every step, 6 steps, best at step 2.
 SPEC_ROTATION_ROWS = [
     ("limit 2", 2, [[1], [1, 2], [2, 3], [2, 4], [2, 5], [2, 6]], [2, 6]),
     ("limit 1", 1, [[1], [2], [2, 3], [2, 4], [2, 5], [2, 6]], [2]),

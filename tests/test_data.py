@@ -1,4 +1,4 @@
-"""DataLoaders built by hf_lightning against `transformers.Trainer`'s (spec section 3, part 2 section 1.3).
+"""DataLoaders built by hf_lightning against `transformers.Trainer`'s (R3.1-R3.12).
 
 Both sides read the same `transformers.TrainingArguments` object, so any difference is ours.
 """
@@ -168,7 +168,7 @@ def test_only_one_int64_draw_per_epoch(tmp_path):
     model = IdxModel()
     loader = build_train_dataloader(idx_items(4), args=args, data_collator=None, model=model)
     our_epochs(loader, 2, model=model)
-    assert model.draws == pytest.approx([0.38286, 0.95931, 0.25657, 0.79364], abs=1e-5)  # spec R3.3
+    assert model.draws == pytest.approx([0.38286, 0.95931, 0.25657, 0.79364], abs=1e-5)  # R3.3
 
     set_seed(42)
     simulated = []

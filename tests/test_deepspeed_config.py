@@ -1,4 +1,4 @@
-"""DeepSpeed config resolution (spec R7.1, T13) against the reference's own code as the oracle.
+"""DeepSpeed config resolution (R7.1, T13) against the reference's own code as the oracle.
 
 transformers' `HfTrainerDeepSpeedConfig` (`trainer_config_process` at argument time, `trainer_config_finalize`
 at train start), accelerate's `DeepSpeedPlugin` / `set_mixed_precision` and transformers' `deepspeed_optim_sched`
@@ -201,7 +201,7 @@ def test_filled_config_equals_the_references(tmp_path, config, arguments, model,
 
 
 def test_spec_check_values(tmp_path):
-    """Spec R7.1's Check line, value by value."""
+    """R7.1's recorded example (the all-"auto" config), value by value."""
     ours_args, _ = _both_args(tmp_path, **SPEC_ARGS)
     config, mismatches = _ours(ALL_AUTO, ours_args, HIDDEN_64, 100)
     assert mismatches == []

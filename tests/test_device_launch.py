@@ -1,4 +1,4 @@
-"""A plain `python script.py` with several GPUs becomes one process per GPU (decisions.md, Distributed)."""
+"""A plain `python script.py` with several GPUs becomes one process per GPU (docs/divergences.md)."""
 
 from __future__ import annotations
 

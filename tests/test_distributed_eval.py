@@ -2,7 +2,7 @@
 
 Two launches of tests/distributed_eval_script.py run side by side, one with hf_lightning and one with
 transformers; a single-process hf_lightning run in this process gives the rows every rank must return.
-Spec part 2, 2.9 / 2.10; decisions.md "Distributed".
+EVAL-2.9 / EVAL-2.10.
 """
 
 from __future__ import annotations

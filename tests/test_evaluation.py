@@ -3,7 +3,7 @@
 Each test runs the same scenario through `transformers.Trainer(use_cpu=True)` and through a minimal facade
 that inherits the mixin (`StandInTrainer`, below: it provides only the attributes the mixin relies on, written
 as the reference writes them), on deep copies of one tiny model, and compares metrics (keys in order, values),
-predictions, labels and the calls `compute_metrics` / callbacks received. Spec part 2, section 2.
+predictions, labels and the calls `compute_metrics` / callbacks received (EVAL-2.1 to EVAL-2.17).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class StandInTrainer(EvaluationMixin):
 
 
 class Plain(nn.Module):
-    """Sequence classifier (spec fixture `Plain`): mean-pooled embedding + linear; no **kwargs."""
+    """Sequence classifier (`Plain`): mean-pooled embedding + linear; no **kwargs."""
 
     def __init__(self):
         super().__init__()
@@ -452,7 +452,7 @@ def event_recorder(base):
 
 
 def test_evaluate_before_training_tiny_bert(facade, tmp_path):
-    """Spec 2.1 / 2.9 / 2.12: keys, sample-weighted loss, preparation time kept, one log entry with `step`."""
+    """EVAL-2.1 / EVAL-2.9 / EVAL-2.12: keys, sample-weighted loss, preparation time kept, one log entry with `step`."""
     data = toy_data(5)
     ref, ours = make_pair(facade, tmp_path, tiny_bert(), eval_dataset=data)
     ref_metrics, our_metrics = ref.evaluate(), ours.evaluate()
@@ -478,7 +478,7 @@ def test_evaluate_before_training_tiny_bert(facade, tmp_path):
 
 
 def test_eval_loss_is_sample_weighted_and_drop_last_keeps_num_samples(facade, tmp_path):
-    """Spec 2.9 / 2.10: the short last batch counts once per sample; with drop_last it is never seen."""
+    """EVAL-2.9 / EVAL-2.10: the short last batch counts once per sample; with drop_last it is never seen."""
     data = toy_data(5)
     ref, ours = make_pair(facade, tmp_path, build(Plain), eval_dataset=data)
     our_metrics = ours.evaluate()
@@ -498,7 +498,7 @@ def test_eval_loss_is_sample_weighted_and_drop_last_keeps_num_samples(facade, tm
 
 
 def test_predict_pads_variable_length_outputs_with_minus_100(facade, tmp_path):
-    """Spec 2.2 / 2.4: a tuple of predictions (5,7,3) and (5,7,8), labels (5,7), padded right with -100."""
+    """EVAL-2.2 / EVAL-2.4: a tuple of predictions (5,7,3) and (5,7,8), labels (5,7), padded right with -100."""
     data = var_data()
     ref, ours = make_pair(facade, tmp_path, build(Tagger), collate=pad_collate)
     ref_output, our_output = ref.predict(data), ours.predict(data)
@@ -532,7 +532,7 @@ def _variants(values, real_facade_values):
     ("facade", "args"), _variants(ACCUMULATION_ARGS, [ACCUMULATION_ARGS[1], ACCUMULATION_ARGS[3]])
 )
 def test_eval_accumulation_steps_and_unconcatenated_batches(facade, tmp_path, args):
-    """Spec 2.5: accumulation on numpy gives the same arrays; without concatenation, one array per batch."""
+    """EVAL-2.5: accumulation on numpy gives the same arrays; without concatenation, one array per batch."""
     data = var_data()
     ref, ours = make_pair(facade, tmp_path, build(Tagger), collate=pad_collate, args=args, per_side=recorders)
     ref_output, our_output = ref.predict(data), ours.predict(data)
@@ -544,7 +544,7 @@ def test_eval_accumulation_steps_and_unconcatenated_batches(facade, tmp_path, ar
 
 
 def test_include_for_metrics_inputs_and_losses(facade, tmp_path):
-    """Spec 2.6: `compute_metrics` gets inputs (5,7) and per-sample losses (5,), 4 elements."""
+    """EVAL-2.6: `compute_metrics` gets inputs (5,7) and per-sample losses (5,), 4 elements."""
     data = var_data()
     args = {"include_for_metrics": ["inputs", "loss"]}
     ref, ours = make_pair(facade, tmp_path, build(Tagger), collate=pad_collate, args=args, per_side=recorders)
@@ -556,7 +556,7 @@ def test_include_for_metrics_inputs_and_losses(facade, tmp_path):
 
 @pytest.mark.parametrize(("facade", "include"), _variants([[], ["inputs", "loss"]], [["inputs", "loss"]]))
 def test_batch_eval_metrics_per_batch_calls(facade, tmp_path, include):
-    """Spec 2.7: one call per batch with tensors, compute_result only on the last; last call's metrics."""
+    """EVAL-2.7: one call per batch with tensors, compute_result only on the last; last call's metrics."""
     data = var_data()
     args = {"batch_eval_metrics": True, "include_for_metrics": include}
     ref, ours = make_pair(facade, tmp_path, build(Tagger), collate=pad_collate, args=args, per_side=recorders)
@@ -575,7 +575,7 @@ def test_batch_eval_metrics_per_batch_calls(facade, tmp_path, include):
 
 
 def test_preprocess_logits_for_metrics_replaces_predictions(facade, tmp_path):
-    """Spec 2.8: argmax preprocessing gives int predictions (5,7) padded with -100."""
+    """EVAL-2.8: argmax preprocessing gives int predictions (5,7) padded with -100."""
     data = var_data()
     seen = {"ref": [], "ours": []}
 
@@ -597,7 +597,7 @@ def test_preprocess_logits_for_metrics_replaces_predictions(facade, tmp_path):
 
 @pytest.mark.parametrize(("facade", "nan_filter"), _variants([True, False], [True]))
 def test_nan_eval_loss_filter(facade, tmp_path, nan_filter):
-    """Spec 2.9: non-finite batch losses are dropped when at least one is finite, unless the filter is off."""
+    """EVAL-2.9: non-finite batch losses are dropped when at least one is finite, unless the filter is off."""
     data = nan_data()
     args = {"logging_nan_inf_filter": nan_filter}
     ref, ours = make_pair(facade, tmp_path, build(NanOnFirstBatch), args=args, eval_dataset=data)
@@ -607,7 +607,7 @@ def test_nan_eval_loss_filter(facade, tmp_path, nan_filter):
 
 
 def test_metric_key_prefixing_and_order(facade, tmp_path):
-    """Spec 2.11: unprefixed keys are renamed and moved to the end; prefix `test` and custom prefixes."""
+    """EVAL-2.11: unprefixed keys are renamed and moved to the end; prefix `test` and custom prefixes."""
     data = toy_data(5)
     ref, ours = make_pair(facade, tmp_path, build(Plain), per_side=recorders, eval_dataset=data)
     our_metrics = ours.evaluate()
@@ -629,7 +629,7 @@ def test_metric_key_prefixing_and_order(facade, tmp_path):
 
 @pytest.mark.parametrize(("facade", "passed"), _variants([False, True], [False]))
 def test_dict_eval_datasets(facade, tmp_path, passed):
-    """Spec 2.1 (a) / 2.11: one evaluation per entry, `eval_a_*` then `eval_b_*`, one `epoch` key."""
+    """EVAL-2.1 (a) / EVAL-2.11: one evaluation per entry, `eval_a_*` then `eval_b_*`, one `epoch` key."""
     datasets = {"a": toy_data(5, seed=1), "b": toy_data(4, seed=2)}
     stored = None if passed else datasets
     ref, ours = make_pair(facade, tmp_path, build(Plain), per_side=recorders, eval_dataset=stored)
@@ -640,7 +640,7 @@ def test_dict_eval_datasets(facade, tmp_path, passed):
 
 
 def test_predict_without_labels_and_prediction_loss_only(facade, tmp_path):
-    """Spec 2.15: no log entry; without labels only logits and timing keys; loss-only gives no arrays."""
+    """EVAL-2.15: no log entry; without labels only logits and timing keys; loss-only gives no arrays."""
     unlabeled = toy_data(5, with_labels=False)
     ref, ours = make_pair(facade, tmp_path, build(Plain), per_side=recorders)
     our_output = ours.predict(unlabeled)
@@ -660,7 +660,7 @@ def test_predict_without_labels_and_prediction_loss_only(facade, tmp_path):
 
 
 def test_custom_label_names_and_loss_without_labels(facade, tmp_path):
-    """Spec 2.3: `label_names=["targets"]` finds the labels; a `return_loss=True` model has a loss without them."""
+    """EVAL-2.3: `label_names=["targets"]` finds the labels; a `return_loss=True` model has a loss without them."""
     data = toy_data(5, label_key="targets")
     ref, ours = make_pair(
         facade, tmp_path, build(Targets), args={"label_names": ["targets"]}, per_side=recorders
@@ -680,7 +680,7 @@ def test_custom_label_names_and_loss_without_labels(facade, tmp_path):
 
 
 def test_ignore_keys_from_argument_and_from_config(facade, tmp_path):
-    """Spec 2.3: `ignore_keys` drops outputs; the default comes from `config.keys_to_ignore_at_inference`."""
+    """EVAL-2.3: `ignore_keys` drops outputs; the default comes from `config.keys_to_ignore_at_inference`."""
     data = var_data()
     ref, ours = make_pair(facade, tmp_path, build(Tagger), collate=pad_collate)
     our_output = ours.predict(data, ignore_keys=["hidden"])
@@ -694,7 +694,7 @@ def test_ignore_keys_from_argument_and_from_config(facade, tmp_path):
 
 
 def test_predict_encoder_decoder_outputs(facade, tmp_path):
-    """Spec 2.3: TinyT5 without generation predicts (logits, encoder last hidden state): (6,3,40), (6,5,16)."""
+    """EVAL-2.3: TinyT5 without generation predicts (logits, encoder last hidden state): (6,3,40), (6,5,16)."""
     generator = torch.Generator().manual_seed(0)
     data = [
         {
@@ -711,7 +711,7 @@ def test_predict_encoder_decoder_outputs(facade, tmp_path):
 
 
 def test_unsized_dataset(facade, tmp_path):
-    """Spec 2.10: samples are counted; the last batch is still known (compute_result) and weighted."""
+    """EVAL-2.10: samples are counted; the last batch is still known (compute_result) and weighted."""
     data = toy_data(5)
     args = {"batch_eval_metrics": True}
     ref, ours = make_pair(facade, tmp_path, build(Plain), args=args, per_side=recorders)
@@ -723,7 +723,7 @@ def test_unsized_dataset(facade, tmp_path):
 
 
 def test_callback_events(facade, tmp_path):
-    """Spec 2.1 / 2.2 / 2.15: on_prediction_step per batch, then on_log + on_evaluate, or on_predict."""
+    """EVAL-2.1 / EVAL-2.2 / EVAL-2.15: on_prediction_step per batch, then on_log + on_evaluate, or on_predict."""
     data = toy_data(5)
     ref, ours = make_pair(facade, tmp_path, build(Plain), eval_dataset=data)
     ref_recorder, our_recorder = (
@@ -770,7 +770,7 @@ def test_no_cast_while_training(facade, tmp_path):
 
 
 def test_no_preparation_time_after_training(facade, tmp_path):
-    """Spec 2.12: after `train()` (which prepares the model) evaluate reports no preparation time."""
+    """EVAL-2.12: after `train()` (which prepares the model) evaluate reports no preparation time."""
     data = toy_data(6)
     args = {"max_steps": 1, "save_strategy": "no", "per_device_train_batch_size": 2}
     ref, ours = make_pair(facade, tmp_path, build(Plain), args=args, eval_dataset=data)
@@ -789,7 +789,7 @@ def test_no_preparation_time_after_training(facade, tmp_path):
 
 
 def test_plain_gather_counts_the_last_batch_as_full(facade, tmp_path):
-    """Spec 2.10: Seq2SeqTrainer's gather keeps the last batch's padding (a plain mean of batch means)."""
+    """EVAL-2.10: Seq2SeqTrainer's gather keeps the last batch's padding (a plain mean of batch means)."""
     data = toy_data(5)
     _, ours = make_pair(facade, tmp_path, build(Plain), eval_dataset=data)
     reference = transformers.Seq2SeqTrainer(
@@ -810,7 +810,7 @@ def _plateau(trainer):
 
 
 def test_evaluate_steps_plateau_scheduler_with_the_metric(facade, tmp_path):
-    """Spec 2.16: `_evaluate` steps ReduceLROnPlateau with `eval_<metric_for_best_model>`, unless skipped."""
+    """EVAL-2.16: `_evaluate` steps ReduceLROnPlateau with `eval_<metric_for_best_model>`, unless skipped."""
     data = toy_data(5)
     ref, ours = make_pair(
         facade, tmp_path, build(Plain), args={"metric_for_best_model": "loss"}, eval_dataset=data
@@ -869,7 +869,7 @@ class _ScheduleFreeLikeOptimizer:
 
 
 def test_evaluation_loop_output_and_eval_modes(facade, tmp_path):
-    """Spec 2.2: the model and an optimizer with `eval()` are put in eval mode; an `EvalLoopOutput` comes back."""
+    """EVAL-2.2: the model and an optimizer with `eval()` are put in eval mode; an `EvalLoopOutput` comes back."""
     data = toy_data(5)
     ref, ours = make_pair(facade, tmp_path, build(Plain), eval_dataset=data)
     outputs = []

@@ -1,4 +1,4 @@
-"""fp16 loss scaling: a step the gradient scaler skips does not step the scheduler (spec R5.6, R7.6).
+"""fp16 loss scaling: a step the gradient scaler skips does not step the scheduler (R5.6, R7.6).
 
 The reference trains fp16 on CPU without a scaler, so the scaler path only runs on a GPU there. Here the
 Lightning fp16 plugin is given a CPU `GradScaler` so the update logic around it runs on this machine:

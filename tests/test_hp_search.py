@@ -1,4 +1,4 @@
-"""Hyperparameter search with optuna (spec part 2, section 5): ours against `transformers.Trainer`'s.
+"""Hyperparameter search with optuna (HPO-5): ours against `transformers.Trainer`'s.
 
 Both sides get the same tiny regression `model_init`, data and seeded sampler; each study lives in a storage
 so the tests can read its trials (states, values, intermediate values) after the search.

@@ -1,5 +1,5 @@
 """Memory metrics (`skip_memory_metrics=False`) against transformers.Trainer: same keys, in the same order,
-at the same places (spec part 2, 2.13; part 1, R6.6). Values depend on the machine: only their types are checked.
+at the same places (EVAL-2.13, R6.6). Values depend on the machine: only their types are checked.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Optimizers (spec R5.1-R5.3): hf_lightning.optim.optimizers / adafactor against transformers' Trainer."""
+"""Optimizers (R5.1-R5.3): hf_lightning.optim.optimizers / adafactor against transformers' Trainer."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class MyLayerNorm(nn.LayerNorm):
 
 
 class Custom(nn.Module):
-    """Every name listed in spec R5.2, plus LayerNorms at several depths and a frozen layer."""
+    """Every name pattern of R5.2, plus LayerNorms at several depths and a frozen layer."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -105,7 +105,7 @@ class Custom(nn.Module):
 
 MODELS = {"bert": tiny_bert, "gpt2": tiny_gpt2, "llama": tiny_llama, "custom": Custom}
 
-# Spec R5.2's examples: (model, name, decays?)
+# R5.2's examples: (model, name, decays?)
 SPEC_DECAY_EXAMPLES = [
     ("bert", "bert.embeddings.LayerNorm.weight", False),
     ("bert", "bert.encoder.layer.0.attention.self.query.bias", False),
@@ -234,7 +234,7 @@ def test_torch_only_names_match_reference(tmp_out, models, optim, optim_args):
 
 
 def test_sgd_spec_check_groups(tmp_out):
-    # Spec R5.1 check: weight_decay in optim_args never overrides the groups' decay.
+    # R5.1: weight_decay in optim_args never overrides the groups' decay.
     args = ref_args(tmp_out, optim="sgd", optim_args="momentum=0.9,weight_decay=0.5", weight_decay=0.01)
     opt = create_optimizer(tiny_bert(), args)
     assert type(opt) is torch.optim.SGD

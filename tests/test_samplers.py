@@ -1,4 +1,4 @@
-"""Samplers against the reference's (accelerate / transformers) and the spec's quoted orders (R3.2-R3.6)."""
+"""Samplers against the reference's (accelerate / transformers) and its recorded orders (R3.2-R3.6)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from hf_lightning.data.samplers import (
     shard_batches,
 )
 
-# Spec R3.2, 10 items.
+# R3.2, 10 items.
 SEED_42_ORDERS = [
     [2, 6, 1, 8, 4, 5, 0, 9, 3, 7],
     [8, 4, 9, 0, 5, 1, 6, 7, 2, 3],
@@ -167,7 +167,7 @@ def _two_epochs(shard) -> list[list[list[int]]]:
 
 
 def test_spec_example_whole_batches_dealt_round_robin_with_refill():
-    # Spec R3.4: 10 items, batch 2, W 2, seed 42.
+    # R3.4: 10 items, batch 2, W 2, seed 42.
     expected = {
         0: [[[2, 6], [4, 5], [3, 7]], [[8, 4], [5, 1], [2, 3]]],
         1: [[[1, 8], [0, 9], [2, 6]], [[9, 0], [6, 7], [8, 4]]],

@@ -1,4 +1,4 @@
-"""Step and epoch arithmetic (spec part 1, section 2), table-driven."""
+"""Step and epoch arithmetic (R2.1-R2.10), table-driven."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def test_updates_per_epoch(len_dl, ga, expected):
 
 @pytest.mark.parametrize("len_dl,ga", [(4, 3), (4, 2), (5, 2), (7, 3), (3, 1)])
 def test_sync_steps_match_window_sizes(len_dl, ga):
-    """Optimizer steps per epoch (R2.5 Check) equal the number of windows, and windows tile the epoch."""
+    """Optimizer steps per epoch (R2.5) equal the number of windows, and windows tile the epoch."""
     upe = schedule.updates_per_epoch(len_dl, ga)
     syncs = [b for b in range(len_dl) if schedule.is_sync_step(b, len_dl, ga)]
     windows = [schedule.window_size(u, upe, len_dl, ga) for u in range(upe)]

@@ -1,4 +1,4 @@
-"""Schedulers (spec R5.4): hf_lightning.optim.schedulers against transformers.get_scheduler."""
+"""Schedulers (R5.4): hf_lightning.optim.schedulers against transformers.get_scheduler."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def _both(name, num_warmup_steps=W, num_training_steps=T, kwargs=None, steps=T, 
     return ours, ref
 
 
-# The reference lambda sequences of spec R5.4 (W=2, T=10, s=0..10), given to 4 decimals there.
+# The reference lambda sequences of R5.4 (W=2, T=10, s=0..10), recorded from the reference to 4 decimals.
 SPEC_ROWS = [
     ("linear", None, [0, 0.5, 1, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0]),
     ("cosine", None, [0, 0.5, 1, 0.9619, 0.8536, 0.6913, 0.5, 0.3087, 0.1464, 0.0381, 0]),
@@ -101,7 +101,7 @@ def test_spec_lambda_rows_match_reference(name, kwargs, expected):
     ours, ref = _both(name, kwargs=kwargs)
     for s, (o, r) in enumerate(zip(ours, ref)):
         assert o == pytest.approx(r, abs=1e-9), f"{name} s={s}"
-    # The spec's 4-decimal table agrees too (first group).
+    # The recorded 4-decimal table agrees too (first group).
     assert [o[0] for o in ours] == pytest.approx(expected, abs=6e-5)
 
 
@@ -306,7 +306,7 @@ def test_greedy_reset_after_reset_start_reductions_at_min():
     for _ in range(6):
         sched.step(1.0)  # never improves after the first step
         lrs.append(opt.param_groups[0]["lr"])
-    # spec R5.4: the first metric improves on +inf (LR / factor), then LR halves to the floor; after
+    # R5.4: the first metric improves on +inf (LR / factor), then LR halves to the floor; after
     # `reset_start` reductions at the floor it returns to 0.4 with best reset, so the next step improves again.
     assert lrs == pytest.approx([0.8, 0.4, 0.2, 0.1, 0.4, 0.8])
 
@@ -331,7 +331,7 @@ def test_metric_driven_names():
 
 
 def test_spec_r56_linear_lrs_used_by_each_update():
-    # Spec R5.5/R5.6: warmup_steps=0.2 of max_steps=5 gives W=1; update k uses lr * λ(k-1).
+    # R5.5/R5.6: warmup_steps=0.2 of max_steps=5 gives W=1; update k uses lr * λ(k-1).
     opt = _sgd(1e-3)
     sched = get_scheduler("linear", opt, num_warmup_steps=1, num_training_steps=5)
     used = []

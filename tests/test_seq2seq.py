@@ -1,7 +1,7 @@
-"""`HFLightningSeq2SeqTrainer` (spec part 2, section 6): constructor, generation config loading, the `generate()`
+"""`HFLightningSeq2SeqTrainer` (S2S-6.1 to S2S-6.3): constructor, generation config loading, the `generate()`
 keywords of each call, padding, errors, the registry notes, and the path without transformers.
 
-Where the spec's Check line names an observable, it is compared with `transformers.Seq2SeqTrainer`.
+Where a rule names an observable, it is compared with `transformers.Seq2SeqTrainer`.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def width(eval_prediction):
 
 
 def test_aliases_and_signature_match_the_reference():
-    """Spec 1.1.1: the reference's parameters and defaults; no `optimizer_cls_and_kwargs`."""
+    """API-1.1.1: the reference's parameters and defaults; no `optimizer_cls_and_kwargs`."""
     assert Seq2SeqTrainer is HFLightningSeq2SeqTrainer
 
     def parameters(cls):
@@ -118,7 +118,7 @@ def test_arguments_must_be_seq2seq_ones(tmp_path, monkeypatch):
 
 
 def test_generation_config_from_a_folder_sets_the_padded_width(tmp_path):
-    """Spec 6.1 check: a folder with max_length=9 → model.generation_config.max_length 9, predictions width 9."""
+    """S2S-6.1 check: a folder with max_length=9 → model.generation_config.max_length 9, predictions width 9."""
     transformers.GenerationConfig(
         max_length=9, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0
     ).save_pretrained(tmp_path / "gen")
@@ -173,7 +173,7 @@ def test_generation_config_from_a_file_an_object_or_an_invalid_config(tmp_path):
     ],
 )
 def test_resolve_gen_kwargs(given, args, expected):
-    """Spec 6.2: explicit keywords win; the arguments fill `max_length` (unless `max_new_tokens`) and `num_beams`."""
+    """S2S-6.2: explicit keywords win; the arguments fill `max_length` (unless `max_new_tokens`) and `num_beams`."""
     arguments = SimpleNamespace(**{"generation_max_length": None, "generation_num_beams": None, **args})
     original = dict(given)
     assert resolve_gen_kwargs(given, arguments) == expected
@@ -190,7 +190,7 @@ def test_resolve_gen_kwargs(given, args, expected):
     ],
 )
 def test_generate_receives_the_reference_keywords(tmp_path, call, args):
-    """Spec 6.2 check: a spy on `model.generate` sees the same keywords (plus synced_gpus=False) in each call."""
+    """S2S-6.2 check: a spy on `model.generate` sees the same keywords (plus synced_gpus=False) in each call."""
     data = seq2seq_data(3)
     reference, ours = pair(tmp_path, spy=True, predict_with_generate=True, compute_metrics=width, **args)
     assert_predictions_equal(ours.predict(data, **call), reference.predict(data, **call))
@@ -199,7 +199,7 @@ def test_generate_receives_the_reference_keywords(tmp_path, call, args):
 
 
 def test_no_generate_without_compute_metrics_or_predict_with_generate(tmp_path):
-    """Spec 6.3: evaluate() without compute_metrics (prediction_loss_only) never generates; nor does False."""
+    """S2S-6.3: evaluate() without compute_metrics (prediction_loss_only) never generates; nor does False."""
     data = seq2seq_data(3)
     reference, ours = pair(tmp_path, spy=True, predict_with_generate=True)
     assert_metrics_match(ours.evaluate(data), reference.evaluate(data))
@@ -212,7 +212,7 @@ def test_no_generate_without_compute_metrics_or_predict_with_generate(tmp_path):
 
 
 def test_explicit_prediction_step_keywords_replace_the_stored_ones(tmp_path):
-    """Spec 6.3: keywords given to prediction_step win over `_gen_kwargs`; None num_beams / max_length dropped."""
+    """S2S-6.3: keywords given to prediction_step win over `_gen_kwargs`; None num_beams / max_length dropped."""
     reference, ours = pair(tmp_path, spy=True, predict_with_generate=True, generation_num_beams=2)
     batch = pad_seq2seq_batch(list(seq2seq_data(2)))
     outputs = []
@@ -230,7 +230,7 @@ def test_explicit_prediction_step_keywords_replace_the_stored_ones(tmp_path):
 
 
 def test_generation_fills_the_model_generation_config_defaults(tmp_path):
-    """Spec 6.3: after the first generation, unset fields of model.generation_config hold the library defaults."""
+    """S2S-6.3: after the first generation, unset fields of model.generation_config hold the library defaults."""
     reference, ours = pair(tmp_path, predict_with_generate=True, compute_metrics=width)
     assert ours.model.generation_config.max_length is None
     data = seq2seq_data(2)
@@ -240,7 +240,7 @@ def test_generation_fills_the_model_generation_config_defaults(tmp_path):
 
 
 def test_loss_with_label_smoothing_or_loss_only(tmp_path):
-    """Spec 6.3: the loss of the second forward (label smoother if set); `prediction_loss_only` → loss only."""
+    """S2S-6.3: the loss of the second forward (label smoother if set); `prediction_loss_only` → loss only."""
     data = seq2seq_data(3)
     reference, ours = pair(
         tmp_path / "smooth",
@@ -268,7 +268,7 @@ def test_loss_with_label_smoothing_or_loss_only(tmp_path):
 
 
 def test_pad_id_comes_from_the_processing_class_then_the_model(tmp_path):
-    """Spec 6.3: processing class pad id (its EOS when pad is None), else model.config.pad_token_id, else error."""
+    """S2S-6.3: processing class pad id (its EOS when pad is None), else model.config.pad_token_id, else error."""
     reference, ours = pair(tmp_path)
     tokens = torch.tensor([[5, 6], [7, 8]])
     for processing_class in (

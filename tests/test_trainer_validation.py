@@ -1,4 +1,4 @@
-"""Trainer-construction errors (spec part 2, 1.1.4 and part 1, T-rules): same exception type as the
+"""Trainer-construction errors (API-1.1.4 and the T rules): same exception type as the
 reference, raised before any training starts, naming the field."""
 
 from __future__ import annotations

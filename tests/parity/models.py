@@ -159,7 +159,7 @@ def pad_token_batch(features: list[dict]) -> dict[str, torch.Tensor]:
 
 
 def make_tiny_t5(seed: int = 0):
-    """The spec's `TinyT5` (built offline from a config): pad 0, EOS 1, decoder start 0; dropout 0."""
+    """A tiny T5 (built offline from a config): pad 0, EOS 1, decoder start 0; dropout 0."""
     from transformers import T5Config, T5ForConditionalGeneration
 
     torch.manual_seed(seed)

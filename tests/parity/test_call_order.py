@@ -1,4 +1,4 @@
-"""The order in which train() calls the overridable methods (spec part 2, 1.4), against the reference.
+"""The order in which train() calls the overridable methods (API-1.4), against the reference.
 
 A subclass of each trainer logs every overridden call; both logs must be identical. This also proves
 that Lightning's loop goes through the facade's methods, so user overrides take effect.
@@ -119,6 +119,6 @@ def test_train_call_order_matches_reference(tmp_path):
     )
     reference_calls = result.reference.trainer.calls
     assert result.ours.trainer.calls == reference_calls
-    # The spec's measured sequence, as a sanity check on the harness itself.
+    # The sequence measured on the reference, as a sanity check on the harness itself.
     assert reference_calls[:3] == ["get_train_dataloader", "create_optimizer", "create_scheduler(2)"]
     assert "save_model(checkpoint-2, _internal_call=True)" in reference_calls

@@ -1,5 +1,5 @@
 """Callback event parity: a `transformers.TrainerCallback` subclass records every event, with the state
-and control values it sees, under transformers.Trainer and under HFLightningTrainer (spec part 2, 4)."""
+and control values it sees, under transformers.Trainer and under HFLightningTrainer (CB-4.6, CB-4.12)."""
 
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ def test_mixed_hf_and_lightning_callbacks(tmp_path):
 
 
 def test_spec_4_12_trace_with_tiny_bert(tmp_path):
-    """The spec's recorded configuration: the whole event trace and the checkpoint folders match."""
+    """The recorded configuration of CB-4.12: the whole event trace and the checkpoint folders match."""
     from tests.parity.models import classification_data, make_tiny_bert_classifier
 
     reference_recorder, our_recorder = EventRecorder(), EventRecorder()

@@ -1,6 +1,6 @@
 """train(resume_from_checkpoint=...): exactness against the uninterrupted run, checkpoint choice, interchange.
 
-Spec part 2, 3.13-3.16 and part 1 R2.10. Run A trains straight; run B has the same arguments, is stopped by a
+CKPT-3.13 to CKPT-3.16 and R2.10. Run A trains straight; run B has the same arguments, is stopped by a
 callback at a checkpointed step, then a fresh trainer with a differently initialised model resumes. On CPU in fp32
 hf_lightning's B must end bit-identical to its A (torch.equal), with the same log history, and follow the
 reference's trajectory. Checkpoints move both ways between transformers.Trainer and hf_lightning.
@@ -214,7 +214,7 @@ def test_resume_sees_exactly_the_unseen_batches(tmp_path, library):
         **R210,
     )
     assert resumed.trainer.model.seen == straight.trainer.model.seen[3:]
-    # The spec's measured order for this fixture (seed 42).
+    # The order measured on the reference for this fixture (seed 42).
     assert resumed.trainer.model.seen == [[4, 5], [4, 5], [7, 1], [3, 2], [6, 0]]
     assert_bit_identical(resumed.weights, straight.weights)
 

@@ -337,7 +337,7 @@ def test_sequential_order_every_epoch(tmp_path):
 
 
 def test_warns_once_when_kwargs_model_ignores_item_count(tmp_path):
-    """decisions.md: BERT's loss ignores num_items_in_batch yet counts as scaled -> one warning; GPT-2 uses it."""
+    """R4.6: BERT's loss ignores num_items_in_batch yet counts as scaled -> one warning; GPT-2 uses it."""
     import warnings
 
     from hf_lightning import TrainingArguments
