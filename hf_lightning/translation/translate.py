@@ -2,7 +2,7 @@
 no side effects; it reads the arguments and an `Environment` snapshot only.
 
 Every field of the arguments gets a `FieldNote` (honoured / refused / warned / not-applicable)
-from the registry in `hf_lightning.field_registry`; refusals raise one ValueError listing them.
+from the registry in `hf_lightning.translation.field_registry`; refusals raise one ValueError listing them.
 """
 
 from __future__ import annotations

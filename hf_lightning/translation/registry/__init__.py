@@ -1,1 +1,1 @@
-"""Field handlers of the argument registry, grouped by theme (see `hf_lightning.field_registry`)."""
+"""Field handlers of the argument registry, grouped by theme (see `hf_lightning.translation.field_registry`)."""
