@@ -33,11 +33,7 @@ from hf_lightning.args.enums import (
     SchedulerType,
 )
 from hf_lightning.args.fields import TrainingArgumentsFields, convert_str_dict
-from hf_lightning.args.parallel import (
-    deepspeed_fill_at_construction,
-    load_deepspeed_config,
-    process_fsdp_args,
-)
+from hf_lightning.args.parallel import process_fsdp_args
 from hf_lightning.args.process import TrainingArgumentsProcess, mps_available, transformers_verbosity
 from hf_lightning.args.setters import TrainingArgumentsSetters
 from hf_lightning.args.validation import (
@@ -46,6 +42,7 @@ from hf_lightning.args.validation import (
     to_enum,
     validate_arguments,
 )
+from hf_lightning.strategies.deepspeed.config import deepspeed_fill_at_construction, load_deepspeed_config
 
 logger = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ import torch
 
 from hf_lightning.args.enums import ExplicitEnum, ParallelMode
 from hf_lightning.engine.outputs import BestRun
+from hf_lightning.strategies.deepspeed.config import deepspeed_fill_at_construction, load_deepspeed_config
 
 if TYPE_CHECKING:
     import optuna
@@ -181,8 +182,6 @@ class HyperparameterSearchMixin:
             raise ValueError("For sweeps with deepspeed, `args.deepspeed` must be set")
         if not self.args.deepspeed:
             return
-        from hf_lightning.args.parallel import deepspeed_fill_at_construction, load_deepspeed_config
-
         config = load_deepspeed_config(self.args.deepspeed)
         self.args.deepspeed_mismatches = deepspeed_fill_at_construction(config, self.args)
         self.args.hf_deepspeed_config = config
