@@ -11,15 +11,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from hf_lightning.args.parallel import str_to_bool
-
-if TYPE_CHECKING:  # optim.py imports this module for its table; the context type is only annotated here
-    from hf_lightning.optim.optimizers import OptimizerContext
+from hf_lightning.optim.context import OptimizerContext
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,8 @@ from typing import Any
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler, ReduceLROnPlateau
 
-# `GreedyLR` and `StreamingAverage` live in greedy_lr.py; re-exported here, where they used to be.
-from hf_lightning.optim.greedy_lr import GreedyLR, StreamingAverage  # noqa: F401
-from hf_lightning.optim.optimizers import LayerWiseDummyOptimizer
+from hf_lightning.optim.extras import LayerWiseDummyOptimizer
+from hf_lightning.optim.greedy_lr import GreedyLR
 
 # ---------------------------------------------------------------------------------------------
 # Pure lambdas: step count -> LR multiplier
