@@ -24,7 +24,7 @@ from hf_lightning.engine.loss import (
     is_causal_lm_class,
 )
 from hf_lightning.evaluation.helpers import speed_metrics
-from hf_lightning.integrations.loggers import publish_logs, publish_logs_before_training
+from hf_lightning.integrations.logger_adapters import publish_logs, publish_logs_before_training
 from hf_lightning.strategies.fsdp.policies import fsdp1_clip_grad_norm, is_fsdp1_model
 
 logger = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from hf_lightning.evaluation.helpers import (
     spans_several_devices,
     speed_metrics,
 )
-from hf_lightning.integrations.loggers import publish_predict_metrics
+from hf_lightning.integrations.logger_adapters import publish_predict_metrics
 from hf_lightning.strategies.fsdp.policies import is_fsdp2_model
 
 logger = logging.getLogger(__name__)
