@@ -11,7 +11,7 @@ import logging
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -22,11 +22,9 @@ from hf_lightning.engine.lightning_bridge import build_lightning_trainer
 from hf_lightning.engine.loss_window import TrainLossWindow
 from hf_lightning.engine.module import HFLightningModule
 from hf_lightning.engine.outputs import TrainOutput
+from hf_lightning.engine.protocols import TrainerLike
 from hf_lightning.engine.seeding import seed_from_args
 from hf_lightning.integrations.logger_adapters import send_run_texts
-
-if TYPE_CHECKING:
-    from hf_lightning.engine.trainer import HFLightningTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +40,7 @@ class RunBookkeeping:
 
 
 def run_training(
-    trainer: HFLightningTrainer,
+    trainer: TrainerLike,
     resume_from_checkpoint: str | bool | None,
     trial: Any,
     ignore_keys_for_eval: list[str] | None,
@@ -89,7 +87,7 @@ def run_training(
         trainer.is_in_train = False
 
 
-def _enable_activation_checkpointing(trainer: HFLightningTrainer) -> None:
+def _enable_activation_checkpointing(trainer: TrainerLike) -> None:
     args = trainer.args
     if not args.activation_checkpointing:
         return
@@ -139,7 +137,7 @@ def _release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _with_executable_batch_size(trainer: HFLightningTrainer, speed_metrics) -> TrainOutput:
+def _with_executable_batch_size(trainer: TrainerLike, speed_metrics) -> TrainOutput:
     """`auto_find_batch_size`: on an out-of-memory error, retry the whole run at `int(0.9 * batch)`."""
     if not trainer.args.auto_find_batch_size:
         return _inner_training_loop(trainer, speed_metrics)
@@ -164,7 +162,7 @@ def _with_executable_batch_size(trainer: HFLightningTrainer, speed_metrics) -> T
             logger.info(f"Out of memory: retrying with a per-process batch of {batch_size}.")
 
 
-def _compile_model(trainer: HFLightningTrainer) -> None:
+def _compile_model(trainer: TrainerLike) -> None:
     """`torch_compile`: the reference runs the compiled module; `trainer.model` stays the original."""
     args = trainer.args
     if not args.torch_compile or trainer.model_wrapped is not trainer.model:
@@ -175,7 +173,7 @@ def _compile_model(trainer: HFLightningTrainer) -> None:
     trainer.model_wrapped = torch.compile(trainer.model, **kwargs)
 
 
-def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOutput:
+def _inner_training_loop(trainer: TrainerLike, speed_metrics) -> TrainOutput:
     from hf_lightning.callbacks import TrainerState
 
     args = trainer.args
@@ -241,7 +239,7 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
 class _TrainBeginBridge(pl.Callback):
     """Fires the reference's `on_train_begin` once Lightning has set up the optimizer and scheduler."""
 
-    def __init__(self, trainer: HFLightningTrainer, train_dataloader):
+    def __init__(self, trainer: TrainerLike, train_dataloader):
         self._trainer = trainer
         self._train_dataloader = train_dataloader
         self.started = False
@@ -267,7 +265,7 @@ class _TrainBeginBridge(pl.Callback):
         lightning_trainer.callbacks = [c for c in lightning_trainer.callbacks if c is not self]
 
 
-def _finalize_training(trainer: HFLightningTrainer, values, start_time: float, speed_metrics) -> TrainOutput:
+def _finalize_training(trainer: TrainerLike, values, start_time: float, speed_metrics) -> TrainOutput:
     trainer._total_loss_scalar += trainer._tr_loss.settle().item()
     num_steps_trained = trainer.state.global_step - trainer._initial_global_step
     train_loss = trainer._total_loss_scalar / max(num_steps_trained, 0.001)
