@@ -11,6 +11,7 @@ from transformers import trainer_pt_utils as ref_pt
 from transformers import trainer_utils as ref_utils
 
 import hf_lightning.evaluation.helpers as eval_utils
+from hf_lightning.engine.devices import is_out_of_memory
 
 
 def _assert_same(ours, ref):
@@ -258,7 +259,7 @@ def test_autocast_forward_runs_in_low_precision_and_returns_float32():
 def test_is_out_of_memory_matches_accelerate(error):
     from accelerate.utils.memory import should_reduce_batch_size
 
-    assert eval_utils.is_out_of_memory(error) == should_reduce_batch_size(error)
+    assert is_out_of_memory(error) == should_reduce_batch_size(error)
 
 
 def test_metric_driven_schedulers_are_recognised():

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import hf_lightning.data.dataloaders as dataloaders
+from hf_lightning.engine.devices import empty_device_cache
 from hf_lightning.engine.loss import (
     activate_neftune,
     count_items_in_window,
@@ -85,7 +86,7 @@ class TrainingStepMixin:
             self.args.torch_empty_cache_steps is not None
             and self.state.global_step % self.args.torch_empty_cache_steps == 0
         ):
-            _clear_device_cache()
+            empty_device_cache()
         if self.loss_is_scaled_for_ga is not None:
             loss_is_scaled_for_ga = self.loss_is_scaled_for_ga
         else:
@@ -312,10 +313,3 @@ def ensure_train_mode(model: nn.Module) -> None:
 
 
 _MODULE_TRAIN = nn.Module.train
-
-
-def _clear_device_cache() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    elif hasattr(torch, "mps") and torch.backends.mps.is_available():
-        torch.mps.empty_cache()

@@ -6,7 +6,6 @@ orchestration (spec part 2, 1.4: the call order inside `train()`).
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 import warnings
@@ -18,6 +17,7 @@ import torch
 
 import hf_lightning.checkpoint.resume as resume
 import hf_lightning.engine.schedule as schedule
+from hf_lightning.engine.devices import empty_device_cache, is_out_of_memory
 from hf_lightning.engine.lightning_bridge import build_lightning_trainer
 from hf_lightning.engine.loss_window import TrainLossWindow
 from hf_lightning.engine.module import HFLightningModule
@@ -115,34 +115,12 @@ def _enable_activation_checkpointing(trainer: TrainerLike) -> None:
         )
 
 
-_OUT_OF_MEMORY_MESSAGES = (
-    " out of memory.",
-    "MPS backend out of memory",
-    "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
-    "DefaultCPUAllocator: can't allocate memory",
-    "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",
-)
-
-
-def should_reduce_batch_size(exception: BaseException) -> bool:
-    """Whether an exception is an out-of-memory error that a smaller batch may avoid (the reference's list)."""
-    if isinstance(exception, RuntimeError) and len(exception.args) == 1:
-        return any(message in str(exception.args[0]) for message in _OUT_OF_MEMORY_MESSAGES)
-    return False
-
-
-def _release_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def _with_executable_batch_size(trainer: TrainerLike, speed_metrics) -> TrainOutput:
     """`auto_find_batch_size`: on an out-of-memory error, retry the whole run at `int(0.9 * batch)`."""
     if not trainer.args.auto_find_batch_size:
         return _inner_training_loop(trainer, speed_metrics)
     batch_size = trainer._train_batch_size
-    _release_memory()
+    empty_device_cache(collect_garbage=True)
     while True:
         if batch_size == 0:
             raise RuntimeError("No executable batch size found, reached zero.")
@@ -151,13 +129,13 @@ def _with_executable_batch_size(trainer: TrainerLike, speed_metrics) -> TrainOut
         try:
             return _inner_training_loop(trainer, speed_metrics)
         except Exception as error:
-            if not should_reduce_batch_size(error):
+            if not is_out_of_memory(error):
                 raise
             if trainer.lightning_trainer is not previous_lightning_trainer:
                 # The next attempt writes to this attempt's loggers (one run), as the reference's callbacks keep
                 # their writers across its retries.
                 trainer._loggers_before_training = list(trainer.lightning_trainer.loggers)
-            _release_memory()
+            empty_device_cache(collect_garbage=True)
             batch_size = int(batch_size * 0.9)
             logger.info(f"Out of memory: retrying with a per-process batch of {batch_size}.")
 

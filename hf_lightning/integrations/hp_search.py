@@ -9,7 +9,6 @@ other backends (Ray Tune, W&B sweeps) are refused with a ValueError.
 from __future__ import annotations
 
 import copy
-import gc
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hf_lightning.args.enums import ExplicitEnum, ParallelMode
+from hf_lightning.engine.devices import empty_device_cache
 from hf_lightning.engine.outputs import BestRun
 from hf_lightning.strategies.deepspeed.config import deepspeed_fill_at_construction, load_deepspeed_config
 
@@ -218,9 +218,7 @@ def _release_trial_memory(trainer: Any) -> None:
     """Drop the trial's model and Lightning trainer (the reference's `release_memory` + `accelerator.clear()`)."""
     trainer.model_wrapped, trainer.model = None, None
     trainer.lightning_trainer = None
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    empty_device_cache(collect_garbage=True)
 
 
 def _check_distributed(trainer: Any) -> None:
