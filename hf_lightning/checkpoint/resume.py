@@ -42,6 +42,7 @@ from hf_lightning.checkpoint.files import (
     safe_torch_load,
 )
 from hf_lightning.engine.protocols import TrainerLike
+from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
 
 logger = logging.getLogger(__name__)
@@ -151,18 +152,11 @@ def _newest_complete_checkpoint(args: Any) -> str:
     run_dir = args.output_dir
     if os.path.isdir(run_dir) and args.should_save:
         clean_scratch_folders(run_dir, token="")
-    _barrier()
+    barrier()
     checkpoint = get_last_checkpoint(run_dir) if os.path.isdir(run_dir) else None
     if checkpoint is None:
         raise ValueError(f"No valid checkpoint found in output directory ({run_dir})")
     return checkpoint
-
-
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
 
 
 def _load_model_weights(trainer: TrainerLike, checkpoint: str, present: list[str]) -> None:
@@ -478,4 +472,3 @@ def _restore_rng(facade: TrainerLike, point: ResumePoint) -> None:
                 "Didn't manage to set back the RNG states of the CUDA because of the following error:\n"
                 f" {error}\nThis won't yield the same results as if the training had not been interrupted."
             )
-

@@ -45,6 +45,7 @@ from hf_lightning.checkpoint.files import (
     write_complete_marker,
 )
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
+from hf_lightning.strategies.distributed import barrier
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ class CheckpointMixin(MetricsIOMixin):
             if should_save:
                 shutil.rmtree(temporary_dir, ignore_errors=True)
                 os.makedirs(temporary_dir)
-            _barrier()
+            barrier()
             self.save_model(temporary_dir, _internal_call=True)
             self._update_best_model_checkpoint(run_dir, final_dir)
             if not self.args.save_only_model:
@@ -192,7 +193,7 @@ class CheckpointMixin(MetricsIOMixin):
                 self._save_rng_state(temporary_dir)
             if should_save:
                 self._save_trainer_state(temporary_dir)
-            _barrier()
+            barrier()
             if should_save:
                 reach("fsync")
                 fsync_tree(temporary_dir)
@@ -500,11 +501,3 @@ def _shared_token() -> str:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.broadcast_object_list(token, src=0)
     return token[0]
-
-
-def _barrier() -> None:
-    """Wait for every rank of a distributed run (no-op in a single process)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()

@@ -20,6 +20,7 @@ import torch.distributed as dist
 __all__ = [
     "all_reduce_sum",
     "all_tensors",
+    "barrier",
     "check_even_eval_shards",
     "ensure_process_group",
     "gather",
@@ -40,6 +41,12 @@ def is_distributed() -> bool:
 def world_size() -> int:
     """Processes in the default group (1 when none is initialised)."""
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def barrier() -> None:
+    """Wait for every process of the default group; a no-op in a single process."""
+    if is_distributed():
+        dist.barrier()
 
 
 def default_backend(args: Any) -> str:
