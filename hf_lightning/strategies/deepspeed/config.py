@@ -95,11 +95,6 @@ def _is_auto(config: dict[str, Any], dotted_key: str) -> bool:
     return get_value(config, dotted_key) == "auto"
 
 
-def _is_true(config: dict[str, Any], dotted_key: str) -> bool:
-    value = get_value(config, dotted_key)
-    return False if value is None else bool(value)
-
-
 def fill_match(
     config: dict[str, Any],
     mismatches: list[str],
