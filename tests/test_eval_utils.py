@@ -11,6 +11,7 @@ from transformers import trainer_pt_utils as ref_pt
 from transformers import trainer_utils as ref_utils
 
 import hf_lightning.evaluation.helpers as eval_utils
+from hf_lightning.data.sized import has_length
 from hf_lightning.engine.devices import is_out_of_memory
 
 
@@ -178,7 +179,7 @@ class _Unsized(torch.utils.data.IterableDataset):
 
 @pytest.mark.parametrize("value", [[1, 2], _Unsized(), torch.zeros(3), 5])
 def test_has_length_matches_reference(value):
-    assert eval_utils.has_length(value) == ref_utils.has_length(value)
+    assert has_length(value) == ref_utils.has_length(value)
 
 
 def test_iterate_with_last_flag():

@@ -31,6 +31,7 @@ from hf_lightning.args.enums import (
     OptimizerNames,
     SaveStrategy,
     SchedulerType,
+    enum_value,
 )
 from hf_lightning.args.fields import TrainingArgumentsFields, convert_str_dict
 from hf_lightning.args.parallel import process_fsdp_args
@@ -392,13 +393,11 @@ def _is_seq2seq(obj: Any) -> bool:
 
 def _plain_value(name: str, value: Any) -> Any:
     """A transformers field value in the form our constructor takes (enums → values, configs → dicts)."""
-    if isinstance(value, Enum):
-        return value.value
     if name == "debug" and isinstance(value, list):
-        return " ".join(v.value if isinstance(v, Enum) else str(v) for v in value)
+        return " ".join(str(v) for v in enum_value(value))
     if name == "accelerator_config" and value is not None and not isinstance(value, (dict, str)):
         return dict(value.to_dict())
-    return value
+    return enum_value(value)
 
 
 def as_training_arguments(obj: Any) -> TrainingArguments:

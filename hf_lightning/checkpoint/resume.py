@@ -23,6 +23,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 import hf_lightning.strategies.fsdp.checkpoint as fsdp_checkpoint
+from hf_lightning.args.enums import enum_value
 from hf_lightning.callbacks import TrainerControl, TrainerState
 from hf_lightning.checkpoint.files import (
     ADAPTER_SAFE_WEIGHTS_NAME,
@@ -463,7 +464,7 @@ def _restore_rng(facade: TrainerLike, point: ResumePoint) -> None:
     torch.random.set_rng_state(states["cpu"])
     if torch.cuda.is_available():
         try:
-            if getattr(facade.args.parallel_mode, "value", facade.args.parallel_mode) == "distributed":
+            if enum_value(facade.args.parallel_mode) == "distributed":
                 torch.cuda.random.set_rng_state_all(states["cuda"])
             else:
                 torch.cuda.random.set_rng_state(states["cuda"])

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import hf_lightning.data.dataloaders as dataloaders
+from hf_lightning.args.enums import enum_value
 from hf_lightning.engine.devices import empty_device_cache
 from hf_lightning.engine.loss import (
     activate_neftune,
@@ -263,7 +264,7 @@ class TrainingStepMixin:
         if self.control.should_evaluate:
             metrics = self._evaluate(self._trial, self._ignore_keys_for_eval)
             is_new_best_metric = self._determine_best_metric(metrics=metrics, trial=self._trial)
-            if getattr(self.args.save_strategy, "value", self.args.save_strategy) == "best":
+            if enum_value(self.args.save_strategy) == "best":
                 self.control.should_save = is_new_best_metric
         if self.control.should_save:
             self._save_checkpoint(self.model, self._trial)

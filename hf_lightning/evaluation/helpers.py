@@ -16,8 +16,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_lightning.callbacks.printing import has_length
-
 __all__ = [
     "EvalLoopContainer",
     "atleast_1d",
@@ -26,7 +24,6 @@ __all__ = [
     "denumpify_detensorize",
     "drop_last_batch_padding",
     "find_batch_size",
-    "has_length",
     "is_iterable_dataset_shard",
     "is_metric_driven_scheduler",
     "iterate_with_last_flag",

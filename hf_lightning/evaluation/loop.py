@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 import hf_lightning.strategies.distributed as distributed
+from hf_lightning.data.sized import has_length
 from hf_lightning.engine.devices import empty_device_cache, is_out_of_memory
 from hf_lightning.engine.outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
 from hf_lightning.engine.precision import forward_autocast_dtype
@@ -28,7 +29,6 @@ from hf_lightning.evaluation.helpers import (
     denumpify_detensorize,
     drop_last_batch_padding,
     find_batch_size,
-    has_length,
     is_iterable_dataset_shard,
     is_metric_driven_scheduler,
     iterate_with_last_flag,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hf_lightning.args.enums import ExplicitEnum, ParallelMode
+from hf_lightning.args.enums import ExplicitEnum, ParallelMode, enum_value
 from hf_lightning.engine.devices import empty_device_cache
 from hf_lightning.engine.outputs import BestRun
 from hf_lightning.strategies.deepspeed.config import deepspeed_fill_at_construction, load_deepspeed_config
@@ -90,7 +90,7 @@ def default_hp_space_optuna(trial: optuna.Trial) -> dict[str, float]:
 
 def resolve_backend(backend: str | HPSearchBackend | None) -> HPSearchBackend:
     """`None` or `optuna` -> optuna (installed, else `MissingBackendError`); any other name -> ValueError."""
-    name = getattr(backend, "value", backend)
+    name = enum_value(backend)
     if name is None or name == HPSearchBackend.OPTUNA.value:
         import_optuna()
         return HPSearchBackend.OPTUNA

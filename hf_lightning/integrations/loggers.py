@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from hf_lightning.args.enums import enum_value
 from hf_lightning.integrations.logger_adapters import isolated_mlflow_logger_class
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ def requested_loggers(report_to: Any, env: Environment) -> list[str]:
             "pass report_to='all' or report_to='none'"
         )
     names = [report_to] if isinstance(report_to, str) else list(report_to)
-    names = [getattr(name, "value", name) for name in names]
+    names = [enum_value(name) for name in names]
     if None in names:
         raise ValueError(f"report_to={names!r} contains None; pass report_to='all' or report_to='none'")
     if names in (["none"], []):

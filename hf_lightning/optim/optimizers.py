@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hf_lightning.args.enums import enum_value
 from hf_lightning.optim.adafactor import Adafactor
 from hf_lightning.optim.context import OptimizerContext
 
@@ -203,7 +204,7 @@ def get_optimizer_cls_and_kwargs(args: Any, model: nn.Module | None = None) -> t
     Weight decay is not in the kwargs (it lives in the parameter groups), except where the reference
     puts it there (schedule-free, stable_adamw, or `optim_args`), and the groups' value still wins.
     """
-    optim = getattr(args.optim, "value", args.optim)
+    optim = enum_value(args.optim)
     handler = OPTIMIZER_HANDLERS.get(optim)
     if handler is None:
         raise ValueError(

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hf_lightning.data.sized import has_length
+
 __all__ = [
     "all_reduce_sum",
     "all_tensors",
@@ -198,7 +200,6 @@ def check_even_eval_shards(args: Any, dataset: Any) -> None:
     eval batch, the processes get different numbers (or sizes) of batches.
     """
     from hf_lightning.data.model_inputs import accelerator_option
-    from hf_lightning.evaluation.helpers import has_length
 
     total_batch_size = args.eval_batch_size * args.world_size
     if (
