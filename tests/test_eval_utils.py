@@ -11,6 +11,8 @@ from transformers import trainer_pt_utils as ref_pt
 from transformers import trainer_utils as ref_utils
 
 import hf_lightning.evaluation.helpers as eval_utils
+from hf_lightning.data.sized import has_length
+from hf_lightning.engine.devices import is_out_of_memory
 
 
 def _assert_same(ours, ref):
@@ -177,7 +179,7 @@ class _Unsized(torch.utils.data.IterableDataset):
 
 @pytest.mark.parametrize("value", [[1, 2], _Unsized(), torch.zeros(3), 5])
 def test_has_length_matches_reference(value):
-    assert eval_utils.has_length(value) == ref_utils.has_length(value)
+    assert has_length(value) == ref_utils.has_length(value)
 
 
 def test_iterate_with_last_flag():
@@ -258,7 +260,7 @@ def test_autocast_forward_runs_in_low_precision_and_returns_float32():
 def test_is_out_of_memory_matches_accelerate(error):
     from accelerate.utils.memory import should_reduce_batch_size
 
-    assert eval_utils.is_out_of_memory(error) == should_reduce_batch_size(error)
+    assert is_out_of_memory(error) == should_reduce_batch_size(error)
 
 
 def test_metric_driven_schedulers_are_recognised():

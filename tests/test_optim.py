@@ -27,10 +27,12 @@ from transformers import (
 from transformers.optimization import Adafactor as RefAdafactor
 from transformers.training_args import OptimizerNames
 
+import hf_lightning.optim.context as optim_context
+import hf_lightning.optim.extras as optim_extras
 import hf_lightning.optim.optimizers as ours
 from hf_lightning.optim.adafactor import Adafactor
+from hf_lightning.optim.context import MissingOptimizerPackageError
 from hf_lightning.optim.optimizers import (
-    MissingOptimizerPackageError,
     build_parameter_groups,
     create_optimizer,
     get_decay_parameter_names,
@@ -432,7 +434,7 @@ def _duck_args(optim: str, **kw) -> SimpleNamespace:
 @pytest.mark.parametrize("optim", sorted(OPTIONAL))
 def test_missing_package_raises_value_error_naming_pip(monkeypatch, optim):
     module, pip_name = OPTIONAL[optim]
-    monkeypatch.setattr(ours, "package_version", lambda m: None)
+    monkeypatch.setattr(optim_context, "package_version", lambda m: None)
     with pytest.raises(MissingOptimizerPackageError) as info:
         get_optimizer_cls_and_kwargs(_duck_args(optim), tiny_gpt2())
     message = str(info.value)
@@ -446,14 +448,14 @@ def test_missing_package_raises_value_error_naming_pip(monkeypatch, optim):
     [("adamw_8bit", "0.45.0"), ("adamw_torch_4bit", "0.14.1"), ("schedule_free_radam", "1.3.0")],
 )
 def test_too_old_package_raises(monkeypatch, optim, too_old):
-    monkeypatch.setattr(ours, "package_version", lambda m: too_old)
+    monkeypatch.setattr(optim_context, "package_version", lambda m: too_old)
     with pytest.raises(ValueError, match=f"version {too_old} is installed"):
         get_optimizer_cls_and_kwargs(_duck_args(optim), tiny_gpt2())
 
 
 def test_package_version_of_real_and_absent_modules():
-    assert ours.package_version("torch") == importlib.metadata.version("torch")
-    assert ours.package_version("surely_not_an_installed_module_xyz") is None
+    assert optim_context.package_version("torch") == importlib.metadata.version("torch")
+    assert optim_context.package_version("surely_not_an_installed_module_xyz") is None
 
 
 def _fake_optimizer(name: str, module: str) -> type:
@@ -519,7 +521,7 @@ def fake_packages(monkeypatch, tmp_out):
             setattr(sys.modules[parent], child, mod)
     sys.modules["bitsandbytes.optim"].GlobalOptimManager = FakeManager
     FakeManager.overrides = []
-    monkeypatch.setattr(ours, "package_version", lambda m: "99.0")
+    monkeypatch.setattr(optim_context, "package_version", lambda m: "99.0")
     for fn in (
         "is_bitsandbytes_available",
         "is_galore_torch_available",
@@ -619,7 +621,7 @@ def test_layerwise_low_rank_setup_trains_like_reference(tmp_out):
     for impl in ("ours", "ref"):
         model = tiny_llama()
         if impl == "ours":
-            cls, kwargs = ours.setup_low_rank_optimizer(
+            cls, kwargs = optim_extras.setup_low_rank_optimizer(
                 args, model, "galore_adamw_layerwise", torch.optim.AdamW, {"weight_decay": 0.5}, {"lr": 1e-2}
             )
             opt = create_optimizer(model, args, optimizer_cls_and_kwargs=(cls, kwargs))

@@ -15,7 +15,8 @@ import transformers
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.strategies import DDPStrategy
 
-from hf_lightning.integrations.loggers import build_loggers, default_logdir, rewrite_logs
+from hf_lightning.integrations.logger_adapters import rewrite_logs
+from hf_lightning.integrations.loggers import build_loggers, default_logdir
 from hf_lightning.translation.registry import features
 from hf_lightning.translation.registry.core import STATUSES
 from hf_lightning.translation.translate import (

@@ -14,10 +14,10 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import fields
-from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hf_lightning.args.enums import enum_value
 from hf_lightning.args.fields import convert_str_dict
 
 __all__ = ["ALIAS_ATTRIBUTE_DEFAULTS", "V4_ALIASES", "fold_v4_aliases", "with_v4_aliases"]
@@ -60,9 +60,7 @@ class _Fold:
 
 def _same(a: Any, b: Any) -> bool:
     """Equality after turning enums into their values (``"steps"`` equals ``IntervalStrategy.STEPS``)."""
-    a = a.value if isinstance(a, Enum) else a
-    b = b.value if isinstance(b, Enum) else b
-    return a == b
+    return enum_value(a) == enum_value(b)
 
 
 def _as_dict(value: Any, field_name: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ the reference's enums; an unknown value raises ``ValueError`` listing the valid 
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 __all__ = [
     "DebugOption",
@@ -18,7 +19,17 @@ __all__ = [
     "ParallelMode",
     "SaveStrategy",
     "SchedulerType",
+    "enum_value",
 ]
+
+
+def enum_value(value: Any) -> Any:
+    """An enum's value (ours, the reference's or any other), recursively through lists; else `value` itself."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, list):
+        return [enum_value(item) for item in value]
+    return value
 
 
 class ExplicitEnum(str, Enum):

@@ -1,14 +1,12 @@
-"""FSDP and DeepSpeed argument processing done while building ``TrainingArguments`` (R7.1, R7.2).
+"""FSDP argument processing done while building ``TrainingArguments`` (R7.2).
 
-Pure dictionary work: nothing here imports accelerate or deepspeed. The results live on the
-arguments object (``fsdp_plugin_args``, ``hf_deepspeed_config``, ``deepspeed_mismatches``) for the
-strategy translation to read.
+Pure dictionary work: nothing here imports accelerate. The result lives on the arguments object
+(``fsdp_plugin_args``) for the strategy translation to read. The DeepSpeed config is loaded and its
+argument-time ``"auto"`` keys filled by ``hf_lightning/strategies/deepspeed/config.py``, which owns it.
 """
 
 from __future__ import annotations
 
-import base64
-import copy
 import json
 import logging
 import os
@@ -23,8 +21,6 @@ __all__ = [
     "FSDP_AUTO_WRAP_POLICY",
     "FSDP_SHARDING_STRATEGY",
     "apply_legacy_fsdp_to_config",
-    "deepspeed_fill_at_construction",
-    "load_deepspeed_config",
     "process_fsdp_args",
     "str_to_bool",
 ]
@@ -175,42 +171,3 @@ def process_fsdp_args(args: Any) -> dict[str, Any] | None:
         if "limit_all_gathers" in config:
             plugin_args["limit_all_gathers"] = str_to_bool(str(config["limit_all_gathers"]).lower())
     return plugin_args
-
-
-def load_deepspeed_config(value: dict | str | os.PathLike) -> dict[str, Any]:
-    """Deep copy of a DeepSpeed config given as a dict, a JSON file path, a JSON string or base64 JSON."""
-    if isinstance(value, dict):
-        # The user's dict is never modified: after "auto" filling it would no longer be reusable.
-        return copy.deepcopy(value)
-    if os.path.exists(value):
-        with open(value, encoding="utf-8") as f:
-            return json.load(f)
-    try:
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return json.loads(base64.urlsafe_b64decode(value).decode("utf-8"))
-    except (UnicodeDecodeError, AttributeError, ValueError, TypeError):
-        raise ValueError(
-            f"deepspeed: expected a path to an existing DeepSpeed config, a dict, or a base64 encoded JSON "
-            f"string; received {value!r}."
-        ) from None
-
-
-def deepspeed_fill_at_construction(
-    config: dict[str, Any], args: Any, auto_find_batch_size: bool = False
-) -> list[str]:
-    """Fill the argument-construction ``"auto"`` keys of R7.1 in ``config`` in place; return the mismatches.
-
-    V16: a config without a ``zero_optimization`` section raises ``ValueError`` (accelerate's rule).
-    The mismatches are raised together at the start of ``train()``, as in the reference.
-    """
-    from hf_lightning.strategies.deepspeed.config import fill_at_argument_time
-
-    mismatches = fill_at_argument_time(config, args, args.world_size, auto_find_batch_size)
-    if "zero_optimization" not in config:
-        raise ValueError(
-            "deepspeed: please specify the ZeRO optimization config (a `zero_optimization` section, e.g. "
-            '{"zero_optimization": {"stage": 2}}) in the DeepSpeed config.'
-        )
-    return mismatches

@@ -31,13 +31,10 @@ from hf_lightning.args.enums import (
     OptimizerNames,
     SaveStrategy,
     SchedulerType,
+    enum_value,
 )
 from hf_lightning.args.fields import TrainingArgumentsFields, convert_str_dict
-from hf_lightning.args.parallel import (
-    deepspeed_fill_at_construction,
-    load_deepspeed_config,
-    process_fsdp_args,
-)
+from hf_lightning.args.parallel import process_fsdp_args
 from hf_lightning.args.process import TrainingArgumentsProcess, mps_available, transformers_verbosity
 from hf_lightning.args.setters import TrainingArgumentsSetters
 from hf_lightning.args.validation import (
@@ -46,6 +43,7 @@ from hf_lightning.args.validation import (
     to_enum,
     validate_arguments,
 )
+from hf_lightning.strategies.deepspeed.config import deepspeed_fill_at_construction, load_deepspeed_config
 
 logger = logging.getLogger(__name__)
 
@@ -395,13 +393,11 @@ def _is_seq2seq(obj: Any) -> bool:
 
 def _plain_value(name: str, value: Any) -> Any:
     """A transformers field value in the form our constructor takes (enums → values, configs → dicts)."""
-    if isinstance(value, Enum):
-        return value.value
     if name == "debug" and isinstance(value, list):
-        return " ".join(v.value if isinstance(v, Enum) else str(v) for v in value)
+        return " ".join(str(v) for v in enum_value(value))
     if name == "accelerator_config" and value is not None and not isinstance(value, (dict, str)):
         return dict(value.to_dict())
-    return value
+    return enum_value(value)
 
 
 def as_training_arguments(obj: Any) -> TrainingArguments:

@@ -7,7 +7,7 @@ accepted by `CallbackHandler` as well.
 from hf_lightning.callbacks.base import EVENTS, CallbackHandler, TrainerCallback
 from hf_lightning.callbacks.early_stopping import EarlyStoppingCallback, EarlyStoppingConfigError
 from hf_lightning.callbacks.flow import DefaultFlowCallback
-from hf_lightning.callbacks.printing import PrinterCallback, ProgressCallback, has_length
+from hf_lightning.callbacks.printing import PrinterCallback, ProgressCallback
 from hf_lightning.callbacks.state import (
     ExportableState,
     TrainerControl,
@@ -28,7 +28,6 @@ __all__ = [
     "TrainerCallback",
     "TrainerControl",
     "TrainerState",
-    "has_length",
     "hp_params",
     "is_exportable_state",
 ]

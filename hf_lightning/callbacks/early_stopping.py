@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from enum import Enum
 from typing import Any
 
 import numpy as np
 
+from hf_lightning.args.enums import enum_value
 from hf_lightning.callbacks.base import TrainerCallback
 from hf_lightning.callbacks.state import ExportableState, TrainerControl, TrainerState
 
@@ -62,10 +62,7 @@ class EarlyStoppingCallback(TrainerCallback, ExportableState):
                 "EarlyStoppingCallback requires metric_for_best_model to be defined: set "
                 "TrainingArguments(metric_for_best_model=...), e.g. 'eval_loss'."
             )
-        eval_strategy = (
-            args.eval_strategy.value if isinstance(args.eval_strategy, Enum) else args.eval_strategy
-        )
-        if eval_strategy == "no":
+        if enum_value(args.eval_strategy) == "no":
             raise EarlyStoppingConfigError(
                 "EarlyStoppingCallback requires IntervalStrategy of steps or epoch: eval_strategy is 'no'; set "
                 "eval_strategy='steps' or 'epoch'."

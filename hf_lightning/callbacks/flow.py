@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any
 
+from hf_lightning.args.enums import enum_value
 from hf_lightning.callbacks.base import TrainerCallback
 from hf_lightning.callbacks.state import TrainerControl, TrainerState
-
-
-def _strategy(value: Any) -> Any:
-    """The plain string of a strategy, whether given as our enum, transformers' enum or a str."""
-    return value.value if isinstance(value, Enum) else value
 
 
 class DefaultFlowCallback(TrainerCallback):
@@ -21,9 +16,9 @@ class DefaultFlowCallback(TrainerCallback):
     """
 
     def on_step_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> Any:
-        logging_strategy = _strategy(args.logging_strategy)
-        eval_strategy = _strategy(args.eval_strategy)
-        save_strategy = _strategy(args.save_strategy)
+        logging_strategy = enum_value(args.logging_strategy)
+        eval_strategy = enum_value(args.eval_strategy)
+        save_strategy = enum_value(args.save_strategy)
 
         if state.global_step == 1 and args.logging_first_step:
             control.should_log = True
@@ -56,11 +51,11 @@ class DefaultFlowCallback(TrainerCallback):
         return control
 
     def on_epoch_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> Any:
-        if _strategy(args.logging_strategy) == "epoch":
+        if enum_value(args.logging_strategy) == "epoch":
             control.should_log = True
         # eval_delay counts (float) epochs under the epoch strategy.
-        if _strategy(args.eval_strategy) == "epoch" and args.eval_delay <= state.epoch:
+        if enum_value(args.eval_strategy) == "epoch" and args.eval_delay <= state.epoch:
             control.should_evaluate = True
-        if _strategy(args.save_strategy) == "epoch":
+        if enum_value(args.save_strategy) == "epoch":
             control.should_save = True
         return control

@@ -15,8 +15,9 @@ import time
 from typing import Any
 
 from hf_lightning.callbacks.base import TrainerCallback
-from hf_lightning.callbacks.printing import ProgressCallback, has_length
+from hf_lightning.callbacks.printing import ProgressCallback
 from hf_lightning.callbacks.state import TrainerControl, TrainerState
+from hf_lightning.data.sized import has_length
 
 
 def is_in_notebook() -> bool:

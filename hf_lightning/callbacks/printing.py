@@ -9,14 +9,7 @@ from typing import Any
 
 from hf_lightning.callbacks.base import TrainerCallback
 from hf_lightning.callbacks.state import TrainerControl, TrainerState
-
-
-def has_length(obj: Any) -> bool:
-    """True when `len(obj)` works (an unsized iterable or a Ray dataset raises instead)."""
-    try:
-        return len(obj) is not None
-    except (TypeError, AttributeError):
-        return False
+from hf_lightning.data.sized import has_length
 
 
 def _tqdm(**kwargs: Any) -> Any:

@@ -18,11 +18,12 @@ import os
 import random
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lightning.pytorch as pl
 
 import hf_lightning.strategies.fsdp.checkpoint as fsdp_checkpoint
+from hf_lightning.args.enums import enum_value
 from hf_lightning.callbacks import TrainerControl, TrainerState
 from hf_lightning.checkpoint.files import (
     ADAPTER_SAFE_WEIGHTS_NAME,
@@ -41,10 +42,9 @@ from hf_lightning.checkpoint.files import (
     rng_state_file_name,
     safe_torch_load,
 )
+from hf_lightning.engine.protocols import TrainerLike
+from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
-
-if TYPE_CHECKING:
-    from hf_lightning.engine.trainer import HFLightningTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class ResumePoint:
 
 
 def prepare_resume(
-    trainer: HFLightningTrainer, resume_from_checkpoint: str | bool | None
+    trainer: TrainerLike, resume_from_checkpoint: str | bool | None
 ) -> ResumeFiles | None:
     """Choose the checkpoint, load the model weights into `trainer.model` and read the optimizer, scheduler,
     scaler and RNG files; None when not resuming.
@@ -153,21 +153,14 @@ def _newest_complete_checkpoint(args: Any) -> str:
     run_dir = args.output_dir
     if os.path.isdir(run_dir) and args.should_save:
         clean_scratch_folders(run_dir, token="")
-    _barrier()
+    barrier()
     checkpoint = get_last_checkpoint(run_dir) if os.path.isdir(run_dir) else None
     if checkpoint is None:
         raise ValueError(f"No valid checkpoint found in output directory ({run_dir})")
     return checkpoint
 
 
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
-
-
-def _load_model_weights(trainer: HFLightningTrainer, checkpoint: str, present: list[str]) -> None:
+def _load_model_weights(trainer: TrainerLike, checkpoint: str, present: list[str]) -> None:
     """The reference's `_load_from_checkpoint` for a single-process / DDP model: non-strict load from CPU.
 
     Not used under FSDP or DeepSpeed, whose strategies load the checkpoint into the wrapped model at train start.
@@ -264,7 +257,7 @@ def _optimizer_map_location(args: Any) -> Any:
 # ---- the trainer state (the reference's `_init_training_state`) ------------------------------------------------
 
 
-def restore_trainer_state(trainer: HFLightningTrainer, values: Any) -> ResumePoint | None:
+def restore_trainer_state(trainer: TrainerLike, values: Any) -> ResumePoint | None:
     """Replace the fresh `TrainerState` by the checkpoint's, restore callbacks, and compute the fast-forward."""
     files = getattr(trainer, "_resume_files", None)
     if files is None:
@@ -318,7 +311,7 @@ def _warn_on_argument_mismatch(args: Any, state: TrainerState) -> None:
         )
 
 
-def _load_callback_state(trainer: HFLightningTrainer) -> None:
+def _load_callback_state(trainer: TrainerLike) -> None:
     """`restore_callback_states_from_checkpoint`: rebuild each stored callback as `cls(**args)` + attributes.
 
     As the reference: the new instance replaces the old one and goes to the end of the callback list; the stored
@@ -354,7 +347,7 @@ def _load_callback_state(trainer: HFLightningTrainer) -> None:
 # ---- Lightning, optimizer and scheduler --------------------------------------------------------------------------
 
 
-def position_lightning_loops(trainer: HFLightningTrainer, lightning_trainer: pl.Trainer) -> None:
+def position_lightning_loops(trainer: TrainerLike, lightning_trainer: pl.Trainer) -> None:
     """Start Lightning's counters at the checkpoint: `current_epoch` = epochs trained, `global_step` = the state's.
 
     Lightning then stops at the reference's `max_steps` / epoch count, and the module's epoch index is the
@@ -371,7 +364,7 @@ def position_lightning_loops(trainer: HFLightningTrainer, lightning_trainer: pl.
     fit_loop.epoch_loop._batches_that_stepped = trainer.state.global_step
 
 
-def load_optimizer_and_scheduler(trainer: HFLightningTrainer, lightning_trainer: pl.Trainer) -> None:
+def load_optimizer_and_scheduler(trainer: TrainerLike, lightning_trainer: pl.Trainer) -> None:
     """Load `optimizer.pt` / `scheduler.pt` (both or neither) and `scaler.pt` into what Lightning set up."""
     point = getattr(trainer, "_resume", None)
     if point is None:
@@ -399,7 +392,7 @@ def load_optimizer_and_scheduler(trainer: HFLightningTrainer, lightning_trainer:
 # ---- the resumed epoch ------------------------------------------------------------------------------------------
 
 
-def enter_epoch(facade: HFLightningTrainer, epoch: int) -> int:
+def enter_epoch(facade: TrainerLike, epoch: int) -> int:
     """At the start of epoch `epoch`: fast-forward when it is the resumed one; returns the micro-batch index to
     continue from (-1: the epoch's start).
 
@@ -431,7 +424,7 @@ def enter_epoch(facade: HFLightningTrainer, epoch: int) -> int:
     return skip - 1
 
 
-def skip_replayed_batches(facade: HFLightningTrainer, dataloader_iter: Any) -> None:
+def skip_replayed_batches(facade: TrainerLike, dataloader_iter: Any) -> None:
     """Before the first window of the resumed epoch: discard the batches a plain DataLoader could not skip."""
     point = getattr(facade, "_resume", None)
     if point is None or not point.replay:
@@ -441,7 +434,7 @@ def skip_replayed_batches(facade: HFLightningTrainer, dataloader_iter: Any) -> N
         next(dataloader_iter)
 
 
-def sync_rng_after_first_window(facade: HFLightningTrainer) -> None:
+def sync_rng_after_first_window(facade: TrainerLike) -> None:
     """After the resumed epoch's first window is fetched: restore the checkpoint's RNG (the reference's
     `rng_to_sync`), so every draw from here on equals the uninterrupted run's."""
     point = getattr(facade, "_resume", None)
@@ -450,14 +443,14 @@ def sync_rng_after_first_window(facade: HFLightningTrainer) -> None:
         _restore_rng(facade, point)
 
 
-def all_windows_done(facade: HFLightningTrainer) -> bool:
+def all_windows_done(facade: TrainerLike) -> bool:
     """Whether this epoch has had all its updates: the reference's epoch loop runs exactly
     `num_update_steps_per_epoch` windows (a resumed epoch's DataLoader has fewer batches than its `len`)."""
     run = facade._run
     return run is not None and run.updates_done_in_epoch >= run.values.num_update_steps_per_epoch
 
 
-def _restore_rng(facade: HFLightningTrainer, point: ResumePoint) -> None:
+def _restore_rng(facade: TrainerLike, point: ResumePoint) -> None:
     """The reference's `_load_rng_state`: Python, NumPy, torch CPU and (when present) CUDA generators."""
     import numpy as np
     import torch
@@ -471,7 +464,7 @@ def _restore_rng(facade: HFLightningTrainer, point: ResumePoint) -> None:
     torch.random.set_rng_state(states["cpu"])
     if torch.cuda.is_available():
         try:
-            if getattr(facade.args.parallel_mode, "value", facade.args.parallel_mode) == "distributed":
+            if enum_value(facade.args.parallel_mode) == "distributed":
                 torch.cuda.random.set_rng_state_all(states["cuda"])
             else:
                 torch.cuda.random.set_rng_state(states["cuda"])
@@ -480,4 +473,3 @@ def _restore_rng(facade: HFLightningTrainer, point: ResumePoint) -> None:
                 "Didn't manage to set back the RNG states of the CUDA because of the following error:\n"
                 f" {error}\nThis won't yield the same results as if the training had not been interrupted."
             )
-

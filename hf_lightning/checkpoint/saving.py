@@ -17,6 +17,7 @@ import shutil
 import warnings
 from typing import Any
 
+from hf_lightning.args.enums import enum_value
 from hf_lightning.checkpoint.files import (
     ADAPTER_SAFE_WEIGHTS_NAME,
     ADAPTER_WEIGHTS_NAME,
@@ -45,6 +46,8 @@ from hf_lightning.checkpoint.files import (
     write_complete_marker,
 )
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
+from hf_lightning.data.model_inputs import is_peft_model
+from hf_lightning.strategies.distributed import barrier
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +62,6 @@ __all__ = [
 
 # Save strategies for which the reference records `best_global_step` (and so a best checkpoint).
 _BEST_TRACKING_SAVE_STRATEGIES = ("steps", "epoch", "best")
-
-
-def _value(enum_or_str: Any) -> Any:
-    return enum_or_str.value if isinstance(enum_or_str, enum.Enum) else enum_or_str
 
 
 def is_pretrained_model(model: Any) -> bool:
@@ -142,7 +141,7 @@ class CheckpointMixin(MetricsIOMixin):
 
     def _get_output_dir(self, trial: Any) -> str:
         """The run folder: `output_dir`, or `output_dir/run-<id>` (or `hp_name(trial)`) during a search."""
-        backend = _value(getattr(self, "hp_search_backend", None))
+        backend = enum_value(getattr(self, "hp_search_backend", None))
         if backend is None or trial is None:
             return self.args.output_dir
         if backend == "optuna":
@@ -183,7 +182,7 @@ class CheckpointMixin(MetricsIOMixin):
             if should_save:
                 shutil.rmtree(temporary_dir, ignore_errors=True)
                 os.makedirs(temporary_dir)
-            _barrier()
+            barrier()
             self.save_model(temporary_dir, _internal_call=True)
             self._update_best_model_checkpoint(run_dir, final_dir)
             if not self.args.save_only_model:
@@ -192,7 +191,7 @@ class CheckpointMixin(MetricsIOMixin):
                 self._save_rng_state(temporary_dir)
             if should_save:
                 self._save_trainer_state(temporary_dir)
-            _barrier()
+            barrier()
             if should_save:
                 reach("fsync")
                 fsync_tree(temporary_dir)
@@ -228,7 +227,7 @@ class CheckpointMixin(MetricsIOMixin):
         # The reference sets the path once the best step's folder exists; the folder being written now exists
         # under its final name only after the commit, and trainer_state.json must already name it.
         best_step = self.state.best_global_step
-        if _value(self.args.save_strategy) not in _BEST_TRACKING_SAVE_STRATEGIES or not best_step:
+        if enum_value(self.args.save_strategy) not in _BEST_TRACKING_SAVE_STRATEGIES or not best_step:
             return
         best_dir = os.path.join(run_dir, checkpoint_folder_name(best_step))
         if best_dir == final_dir or os.path.exists(best_dir):
@@ -281,7 +280,7 @@ class CheckpointMixin(MetricsIOMixin):
             "cpu": torch.random.get_rng_state(),
         }
         if torch.cuda.is_available():
-            if _value(self.args.parallel_mode) == "distributed":
+            if enum_value(self.args.parallel_mode) == "distributed":
                 rng_states["cuda"] = torch.cuda.random.get_rng_state_all()
             else:
                 rng_states["cuda"] = torch.cuda.random.get_rng_state()
@@ -336,7 +335,7 @@ class CheckpointMixin(MetricsIOMixin):
         if not operator(metric_value, self.state.best_metric):
             return False
         self.state.best_metric = metric_value
-        if _value(self.args.save_strategy) in _BEST_TRACKING_SAVE_STRATEGIES:
+        if enum_value(self.args.save_strategy) in _BEST_TRACKING_SAVE_STRATEGIES:
             self.state.best_global_step = self.state.global_step
         return True
 
@@ -352,7 +351,7 @@ class CheckpointMixin(MetricsIOMixin):
         if getattr(self, "is_deepspeed_enabled", False):  # all ranks, from the engine's checkpoint
             from hf_lightning.strategies.deepspeed.strategy import load_engine_checkpoint
 
-            strict = not _is_peft_like(self.model)
+            strict = not is_peft_model(self.model)
             load_engine_checkpoint(self.model_wrapped, best_dir, load_module_strict=strict)
             return
         if getattr(self, "is_fsdp_enabled", False):  # all ranks, from the FSDP files (fsdp_checkpoint)
@@ -361,7 +360,7 @@ class CheckpointMixin(MetricsIOMixin):
             load_fsdp_model(self, best_dir)
             return
         model = self.model
-        if _is_peft_like(model) and any(
+        if is_peft_model(model) and any(
             os.path.exists(os.path.join(best_dir, name))
             for name in (ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME)
         ):
@@ -488,10 +487,6 @@ class CheckpointMixin(MetricsIOMixin):
         os.replace(temporary, path)
 
 
-def _is_peft_like(model: Any) -> bool:
-    return callable(getattr(model, "load_adapter", None)) and hasattr(model, "active_adapters")
-
-
 def _shared_token() -> str:
     """A name part for this save's scratch folders that every rank agrees on: the pid of rank 0."""
     import torch.distributed as dist
@@ -500,11 +495,3 @@ def _shared_token() -> str:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.broadcast_object_list(token, src=0)
     return token[0]
-
-
-def _barrier() -> None:
-    """Wait for every rank of a distributed run (no-op in a single process)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()

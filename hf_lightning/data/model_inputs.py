@@ -26,6 +26,7 @@ from hf_lightning.data.samplers import (
     SeedableRandomSampler,
     lengths_from_items,
 )
+from hf_lightning.data.sized import has_length
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,8 @@ _ACCELERATOR_DEFAULTS = {
 # ---- model introspection ---------------------------------------------------------------------------------
 
 
-def _is_peft_model(model: Any) -> bool:
+def is_peft_model(model: Any) -> bool:
+    """Whether `model` is a PEFT wrapper (`PeftModel` / `PeftMixedModel`), the reference's test."""
     peft = sys.modules.get("peft")  # a PEFT model can only exist once peft is imported
     wrappers = tuple(getattr(peft, name) for name in ("PeftModel", "PeftMixedModel") if hasattr(peft, name))
     return bool(wrappers) and isinstance(model, wrappers)
@@ -49,7 +51,7 @@ def _is_peft_model(model: Any) -> bool:
 
 def unwrap_peft_model(model: Any) -> Any:
     """The base model of a PEFT wrapper (whose `forward` decides labels and columns); others unchanged."""
-    if not _is_peft_model(model):
+    if not is_peft_model(model):
         return model
     if hasattr(model, "get_base_model"):
         return model.get_base_model()
@@ -150,14 +152,6 @@ def apply_column_removal(
 
 
 # ---- samplers ---------------------------------------------------------------------------------------------
-
-
-def has_length(dataset: Any) -> bool:
-    """True when `len(dataset)` works (the reference's test for a sized dataset)."""
-    try:
-        return len(dataset) is not None
-    except (TypeError, AttributeError):
-        return False
 
 
 def accelerator_option(args: Any, name: str) -> Any:

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from hf_lightning.data.model_inputs import unwrap_peft_model
+
 
 class LabelSmoother:
     """Label-smoothed cross entropy on a model's logits, normalised like the reference (R4.2)."""
@@ -56,16 +58,9 @@ def _is_transformers_model(model: nn.Module) -> bool:
     return type(model).__module__.startswith("transformers.") and _transformers_module() is not None
 
 
-def unwrap_peft(model: nn.Module) -> nn.Module:
-    """The base model of a PEFT wrapper, else the model itself."""
-    if type(model).__name__.startswith("Peft") and hasattr(model, "get_base_model"):
-        return model.get_base_model()
-    return model
-
-
 def is_causal_lm_class(model: nn.Module) -> bool:
     """Whether the reference shifts labels for the label smoother: the class is a causal-LM head (R4.2)."""
-    model = unwrap_peft(model)
+    model = unwrap_peft_model(model)
     if not _is_transformers_model(model):
         return False
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -75,7 +70,7 @@ def is_causal_lm_class(model: nn.Module) -> bool:
 
 def loss_shifts_labels(model: nn.Module) -> bool:
     """Whether the window count uses `labels[..., 1:]`: the model's loss is the causal-LM loss (R4.3)."""
-    model = unwrap_peft(model)
+    model = unwrap_peft_model(model)
     if not _is_transformers_model(model):
         return False
     from transformers.loss.loss_utils import LOSS_MAPPING, ForCausalLMLoss
@@ -121,14 +116,14 @@ def neftune_post_forward_hook(module: nn.Module, inputs, output: torch.Tensor) -
 
 def activate_neftune(model: nn.Module, neftune_noise_alpha: float):
     """Attach the NEFTune hook to the model's input embeddings; returns the hook handle."""
-    embeddings = unwrap_peft(model).get_input_embeddings()
+    embeddings = unwrap_peft_model(model).get_input_embeddings()
     embeddings.neftune_noise_alpha = neftune_noise_alpha
     return embeddings.register_forward_hook(neftune_post_forward_hook)
 
 
 def deactivate_neftune(model: nn.Module, hook_handle) -> None:
     """Remove the NEFTune hook installed by `activate_neftune`."""
-    embeddings = unwrap_peft(model).get_input_embeddings()
+    embeddings = unwrap_peft_model(model).get_input_embeddings()
     hook_handle.remove()
     if hasattr(embeddings, "neftune_noise_alpha"):
         del embeddings.neftune_noise_alpha

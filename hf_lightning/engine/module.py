@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -23,11 +23,9 @@ import hf_lightning.engine.schedule as schedule
 from hf_lightning.checkpoint.files import reach
 from hf_lightning.engine.loss import UnusedItemCountProbe
 from hf_lightning.engine.precision import forward_autocast
+from hf_lightning.engine.protocols import TrainerLike
 from hf_lightning.engine.update_dispatch import UpdateDispatch
 from hf_lightning.strategies.fsdp.policies import gradient_sync_disabled
-
-if TYPE_CHECKING:
-    from hf_lightning.engine.trainer import HFLightningTrainer
 
 # Lightning flags the iterator-taking `training_step` as experimental; we rely on it on purpose.
 warnings.filterwarnings("ignore", message=".*dataloader_iter.*", module="lightning")
@@ -77,7 +75,7 @@ _PLAIN_STEP_ATTRIBUTES = frozenset({"_current_fx_name", "_micro_batch_index", "s
 class HFLightningModule(pl.LightningModule):
     """Wraps the user's model; every step delegates to the facade's overridable methods."""
 
-    def __init__(self, facade: HFLightningTrainer):
+    def __init__(self, facade: TrainerLike):
         super().__init__()
         self.automatic_optimization = False
         self.model = facade.model
@@ -102,7 +100,7 @@ class HFLightningModule(pl.LightningModule):
         return self._plain_transfer
 
     @property
-    def facade(self) -> HFLightningTrainer:
+    def facade(self) -> TrainerLike:
         return self._facade
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -16,6 +16,8 @@ import torch
 from torch import nn
 
 import hf_lightning.data.dataloaders as dataloaders
+from hf_lightning.args.enums import enum_value
+from hf_lightning.engine.devices import empty_device_cache
 from hf_lightning.engine.loss import (
     activate_neftune,
     count_items_in_window,
@@ -24,7 +26,7 @@ from hf_lightning.engine.loss import (
     is_causal_lm_class,
 )
 from hf_lightning.evaluation.helpers import speed_metrics
-from hf_lightning.integrations.loggers import publish_logs, publish_logs_before_training
+from hf_lightning.integrations.logger_adapters import publish_logs, publish_logs_before_training
 from hf_lightning.strategies.fsdp.policies import fsdp1_clip_grad_norm, is_fsdp1_model
 
 logger = logging.getLogger(__name__)
@@ -85,7 +87,7 @@ class TrainingStepMixin:
             self.args.torch_empty_cache_steps is not None
             and self.state.global_step % self.args.torch_empty_cache_steps == 0
         ):
-            _clear_device_cache()
+            empty_device_cache()
         if self.loss_is_scaled_for_ga is not None:
             loss_is_scaled_for_ga = self.loss_is_scaled_for_ga
         else:
@@ -262,7 +264,7 @@ class TrainingStepMixin:
         if self.control.should_evaluate:
             metrics = self._evaluate(self._trial, self._ignore_keys_for_eval)
             is_new_best_metric = self._determine_best_metric(metrics=metrics, trial=self._trial)
-            if getattr(self.args.save_strategy, "value", self.args.save_strategy) == "best":
+            if enum_value(self.args.save_strategy) == "best":
                 self.control.should_save = is_new_best_metric
         if self.control.should_save:
             self._save_checkpoint(self.model, self._trial)
@@ -312,10 +314,3 @@ def ensure_train_mode(model: nn.Module) -> None:
 
 
 _MODULE_TRAIN = nn.Module.train
-
-
-def _clear_device_cache() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    elif hasattr(torch, "mps") and torch.backends.mps.is_available():
-        torch.mps.empty_cache()

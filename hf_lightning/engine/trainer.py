@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import hf_lightning.data.dataloaders as dataloaders
 import hf_lightning.data.model_inputs as data_layer
+from hf_lightning.args.enums import enum_value
 from hf_lightning.args.training_args import TrainingArguments, as_training_arguments
 from hf_lightning.callbacks import (
     CallbackHandler,
@@ -34,16 +35,16 @@ from hf_lightning.callbacks.notebook import default_progress_callback
 from hf_lightning.checkpoint.model_card import ModelCardMixin
 from hf_lightning.checkpoint.saving import CheckpointMixin
 from hf_lightning.data.collate import pick_default_collator
+from hf_lightning.data.sized import has_length
 from hf_lightning.engine.loss import (
     LabelSmoother,
     loss_shifts_labels,
-    unwrap_peft,
 )
 from hf_lightning.engine.memory import TrainerMemoryTracker
 from hf_lightning.engine.outputs import TrainOutput
 from hf_lightning.engine.seeding import seed_from_args
 from hf_lightning.engine.step_methods import TrainingStepMixin
-from hf_lightning.evaluation.helpers import deepspeed_input_dtype, has_length
+from hf_lightning.evaluation.helpers import deepspeed_input_dtype
 from hf_lightning.evaluation.loop import EvaluationMixin
 from hf_lightning.integrations.hp_search import HyperparameterSearchMixin
 from hf_lightning.optim.trainer_methods import OptimizerMixin
@@ -118,7 +119,7 @@ class HFLightningTrainer(
         self.model_wrapped = model
         self.model = model
 
-        base_model = unwrap_peft(model)
+        base_model = data_layer.unwrap_peft_model(model)
         self.model_accepts_loss_kwargs = data_layer.model_accepts_loss_kwargs(base_model)
         default_label_names = data_layer.infer_label_names(base_model)
         self.label_names = default_label_names if args.label_names is None else args.label_names
@@ -251,13 +252,13 @@ class HFLightningTrainer(
             raise RuntimeError(
                 "Passing both `optimizers` and `optimizer_cls_and_kwargs` arguments is incompatible."
             )
-        if _value(args.eval_strategy) != "no" and self.eval_dataset is None:
+        if enum_value(args.eval_strategy) != "no" and self.eval_dataset is None:
             raise ValueError(
-                f"You have set `args.eval_strategy` to {_value(args.eval_strategy)} but you didn't pass an "
+                f"You have set `args.eval_strategy` to {enum_value(args.eval_strategy)} but you didn't pass an "
                 "`eval_dataset` to `Trainer`. Either set `args.eval_strategy` to `no` or pass an `eval_dataset`."
             )
         if (
-            _value(args.save_strategy) == "best" or args.load_best_model_at_end
+            enum_value(args.save_strategy) == "best" or args.load_best_model_at_end
         ) and args.metric_for_best_model is None:
             raise ValueError(
                 "`args.metric_for_best_model` must be provided when using 'best' save_strategy or if "
@@ -328,8 +329,6 @@ class HFLightningTrainer(
     # ---- data -------------------------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
         """The train DataLoader with the reference's sampler, collation and column removal."""
-        if self.train_dataset is None:
-            raise ValueError("Trainer: training requires a train_dataset.")
         return dataloaders.build_train_dataloader(
             self.train_dataset,
             args=self.args,
@@ -457,10 +456,6 @@ def _split_callbacks(callbacks: list | None) -> tuple[list, list]:
 
 def _plan_uses_deepspeed(plan: Any) -> bool:
     return plan.strategy is not None and plan.strategy["name"] == "deepspeed"
-
-
-def _value(enum_or_str: Any) -> Any:
-    return getattr(enum_or_str, "value", enum_or_str)
 
 
 def _is_model_parallel(model: nn.Module) -> bool:

@@ -6,27 +6,25 @@ orchestration (API-1.4: the call order inside `train()`).
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
 
 import hf_lightning.checkpoint.resume as resume
 import hf_lightning.engine.schedule as schedule
+from hf_lightning.engine.devices import empty_device_cache, is_out_of_memory
 from hf_lightning.engine.lightning_bridge import build_lightning_trainer
 from hf_lightning.engine.loss_window import TrainLossWindow
 from hf_lightning.engine.module import HFLightningModule
 from hf_lightning.engine.outputs import TrainOutput
+from hf_lightning.engine.protocols import TrainerLike
 from hf_lightning.engine.seeding import seed_from_args
 from hf_lightning.integrations.logger_adapters import send_run_texts
-
-if TYPE_CHECKING:
-    from hf_lightning.engine.trainer import HFLightningTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +40,7 @@ class RunBookkeeping:
 
 
 def run_training(
-    trainer: HFLightningTrainer,
+    trainer: TrainerLike,
     resume_from_checkpoint: str | bool | None,
     trial: Any,
     ignore_keys_for_eval: list[str] | None,
@@ -89,7 +87,7 @@ def run_training(
         trainer.is_in_train = False
 
 
-def _enable_activation_checkpointing(trainer: HFLightningTrainer) -> None:
+def _enable_activation_checkpointing(trainer: TrainerLike) -> None:
     args = trainer.args
     if not args.activation_checkpointing:
         return
@@ -117,34 +115,12 @@ def _enable_activation_checkpointing(trainer: HFLightningTrainer) -> None:
         )
 
 
-_OUT_OF_MEMORY_MESSAGES = (
-    " out of memory.",
-    "MPS backend out of memory",
-    "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
-    "DefaultCPUAllocator: can't allocate memory",
-    "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",
-)
-
-
-def should_reduce_batch_size(exception: BaseException) -> bool:
-    """Whether an exception is an out-of-memory error that a smaller batch may avoid (the reference's list)."""
-    if isinstance(exception, RuntimeError) and len(exception.args) == 1:
-        return any(message in str(exception.args[0]) for message in _OUT_OF_MEMORY_MESSAGES)
-    return False
-
-
-def _release_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def _with_executable_batch_size(trainer: HFLightningTrainer, speed_metrics) -> TrainOutput:
+def _with_executable_batch_size(trainer: TrainerLike, speed_metrics) -> TrainOutput:
     """`auto_find_batch_size`: on an out-of-memory error, retry the whole run at `int(0.9 * batch)`."""
     if not trainer.args.auto_find_batch_size:
         return _inner_training_loop(trainer, speed_metrics)
     batch_size = trainer._train_batch_size
-    _release_memory()
+    empty_device_cache(collect_garbage=True)
     while True:
         if batch_size == 0:
             raise RuntimeError("No executable batch size found, reached zero.")
@@ -153,18 +129,18 @@ def _with_executable_batch_size(trainer: HFLightningTrainer, speed_metrics) -> T
         try:
             return _inner_training_loop(trainer, speed_metrics)
         except Exception as error:
-            if not should_reduce_batch_size(error):
+            if not is_out_of_memory(error):
                 raise
             if trainer.lightning_trainer is not previous_lightning_trainer:
                 # The next attempt writes to this attempt's loggers (one run), as the reference's callbacks keep
                 # their writers across its retries.
                 trainer._loggers_before_training = list(trainer.lightning_trainer.loggers)
-            _release_memory()
+            empty_device_cache(collect_garbage=True)
             batch_size = int(batch_size * 0.9)
             logger.info(f"Out of memory: retrying with a per-process batch of {batch_size}.")
 
 
-def _compile_model(trainer: HFLightningTrainer) -> None:
+def _compile_model(trainer: TrainerLike) -> None:
     """`torch_compile`: the reference runs the compiled module; `trainer.model` stays the original."""
     args = trainer.args
     if not args.torch_compile or trainer.model_wrapped is not trainer.model:
@@ -175,7 +151,7 @@ def _compile_model(trainer: HFLightningTrainer) -> None:
     trainer.model_wrapped = torch.compile(trainer.model, **kwargs)
 
 
-def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOutput:
+def _inner_training_loop(trainer: TrainerLike, speed_metrics) -> TrainOutput:
     from hf_lightning.callbacks import TrainerState
 
     args = trainer.args
@@ -241,7 +217,7 @@ def _inner_training_loop(trainer: HFLightningTrainer, speed_metrics) -> TrainOut
 class _TrainBeginBridge(pl.Callback):
     """Fires the reference's `on_train_begin` once Lightning has set up the optimizer and scheduler."""
 
-    def __init__(self, trainer: HFLightningTrainer, train_dataloader):
+    def __init__(self, trainer: TrainerLike, train_dataloader):
         self._trainer = trainer
         self._train_dataloader = train_dataloader
         self.started = False
@@ -267,7 +243,7 @@ class _TrainBeginBridge(pl.Callback):
         lightning_trainer.callbacks = [c for c in lightning_trainer.callbacks if c is not self]
 
 
-def _finalize_training(trainer: HFLightningTrainer, values, start_time: float, speed_metrics) -> TrainOutput:
+def _finalize_training(trainer: TrainerLike, values, start_time: float, speed_metrics) -> TrainOutput:
     trainer._total_loss_scalar += trainer._tr_loss.settle().item()
     num_steps_trained = trainer.state.global_step - trainer._initial_global_step
     train_loss = trainer._total_loss_scalar / max(num_steps_trained, 0.001)

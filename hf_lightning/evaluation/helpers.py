@@ -16,8 +16,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_lightning.callbacks.printing import has_length
-
 __all__ = [
     "EvalLoopContainer",
     "atleast_1d",
@@ -25,12 +23,9 @@ __all__ = [
     "deepspeed_input_dtype",
     "denumpify_detensorize",
     "drop_last_batch_padding",
-    "empty_device_cache",
     "find_batch_size",
-    "has_length",
     "is_iterable_dataset_shard",
     "is_metric_driven_scheduler",
-    "is_out_of_memory",
     "iterate_with_last_flag",
     "last_batch_remainder",
     "nested_concat",
@@ -369,12 +364,6 @@ def spans_several_devices(model: torch.nn.Module) -> bool:
     return isinstance(device_map, dict) and len(set(device_map.values())) > 1
 
 
-def empty_device_cache() -> None:
-    """Release cached GPU memory between batches, as the reference does; nothing to do without CUDA."""
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def is_iterable_dataset_shard(dataset: Any) -> bool:
     """The reference's `IterableDatasetShard` (ours or transformers'), recognised by name: no import needed."""
     return type(dataset).__name__ == "IterableDatasetShard"
@@ -385,20 +374,6 @@ def is_metric_driven_scheduler(scheduler: Any) -> bool:
     if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         return True
     return type(scheduler).__name__ == "GreedyLR"
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """The errors `auto_find_batch_size` treats as out of memory (accelerate's `should_reduce_batch_size`)."""
-    statements = (
-        " out of memory.",  # CUDA, HIP, XPU
-        "MPS backend out of memory",
-        "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
-        "DefaultCPUAllocator: can't allocate memory",
-        "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",  # HPU
-    )
-    if isinstance(error, RuntimeError) and len(error.args) == 1:
-        return any(statement in error.args[0] for statement in statements)
-    return False
 
 
 def deepspeed_input_dtype(args: Any) -> torch.dtype:

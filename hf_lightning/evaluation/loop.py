@@ -18,6 +18,8 @@ import torch
 from torch import nn
 
 import hf_lightning.strategies.distributed as distributed
+from hf_lightning.data.sized import has_length
+from hf_lightning.engine.devices import empty_device_cache, is_out_of_memory
 from hf_lightning.engine.outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
 from hf_lightning.engine.precision import forward_autocast_dtype
 from hf_lightning.evaluation.helpers import (
@@ -26,19 +28,16 @@ from hf_lightning.evaluation.helpers import (
     deepspeed_input_dtype,
     denumpify_detensorize,
     drop_last_batch_padding,
-    empty_device_cache,
     find_batch_size,
-    has_length,
     is_iterable_dataset_shard,
     is_metric_driven_scheduler,
-    is_out_of_memory,
     iterate_with_last_flag,
     last_batch_remainder,
     nested_detach,
     spans_several_devices,
     speed_metrics,
 )
-from hf_lightning.integrations.loggers import publish_predict_metrics
+from hf_lightning.integrations.logger_adapters import publish_predict_metrics
 from hf_lightning.strategies.fsdp.policies import is_fsdp2_model
 
 logger = logging.getLogger(__name__)

@@ -9,15 +9,16 @@ other backends (Ray Tune, W&B sweeps) are refused with a ValueError.
 from __future__ import annotations
 
 import copy
-import gc
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hf_lightning.args.enums import ExplicitEnum, ParallelMode
+from hf_lightning.args.enums import ExplicitEnum, ParallelMode, enum_value
+from hf_lightning.engine.devices import empty_device_cache
 from hf_lightning.engine.outputs import BestRun
+from hf_lightning.strategies.deepspeed.config import deepspeed_fill_at_construction, load_deepspeed_config
 
 if TYPE_CHECKING:
     import optuna
@@ -89,7 +90,7 @@ def default_hp_space_optuna(trial: optuna.Trial) -> dict[str, float]:
 
 def resolve_backend(backend: str | HPSearchBackend | None) -> HPSearchBackend:
     """`None` or `optuna` -> optuna (installed, else `MissingBackendError`); any other name -> ValueError."""
-    name = getattr(backend, "value", backend)
+    name = enum_value(backend)
     if name is None or name == HPSearchBackend.OPTUNA.value:
         import_optuna()
         return HPSearchBackend.OPTUNA
@@ -181,8 +182,6 @@ class HyperparameterSearchMixin:
             raise ValueError("For sweeps with deepspeed, `args.deepspeed` must be set")
         if not self.args.deepspeed:
             return
-        from hf_lightning.args.parallel import deepspeed_fill_at_construction, load_deepspeed_config
-
         config = load_deepspeed_config(self.args.deepspeed)
         self.args.deepspeed_mismatches = deepspeed_fill_at_construction(config, self.args)
         self.args.hf_deepspeed_config = config
@@ -219,9 +218,7 @@ def _release_trial_memory(trainer: Any) -> None:
     """Drop the trial's model and Lightning trainer (the reference's `release_memory` + `accelerator.clear()`)."""
     trainer.model_wrapped, trainer.model = None, None
     trainer.lightning_trainer = None
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    empty_device_cache(collect_garbage=True)
 
 
 def _check_distributed(trainer: Any) -> None:

@@ -2,7 +2,7 @@
 callback for that backend (transformers' `integrations/integration_utils.py`):
 
 - TensorBoard, CSV (ours), Comet and any other logger: numbers with the `train/`, `eval/`, `test/`
-  key rewrite (`loggers.rewrite_logs`) at `global_step`; TensorBoard also gets strings as text, and the
+  key rewrite (`rewrite_logs`) at `global_step`; TensorBoard also gets strings as text, and the
   arguments and model config as text at train begin (`send_run_texts`).
 - MLflow: the keys as logged, without a prefix (the reference's `MLflowCallback` does not rewrite),
   characters MLflow refuses replaced by `_`, at `global_step`.
@@ -10,6 +10,9 @@ callback for that backend (transformers' `integrations/integration_utils.py`):
   `total_flos` go to the run summary; everything else is a history row with the key rewrite plus
   `train/global_step` (Lightning's `WandbLogger` adds its own `trainer/global_step` x-axis).
 - `predict()` metrics reach W&B and Comet only, as the reference's `on_predict` (`send_predict_metrics`).
+
+The trainer sends through `publish_logs` (during and after `fit`), `publish_logs_before_training` and
+`publish_predict_metrics`; Lightning's loggers write on global rank 0 only.
 
 `isolated_mlflow_logger_class` wraps Lightning's `MLFlowLogger` so that a run leaves MLflow's
 process-wide tracking URI as it found it.
@@ -22,8 +25,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from hf_lightning.integrations.loggers import rewrite_logs
-
 # The reference's WandbCallback stores these once in the run summary instead of the history.
 WANDB_SUMMARY_KEYS = (
     "train_runtime",
@@ -34,6 +35,20 @@ WANDB_SUMMARY_KEYS = (
 )
 # The reference's MLflowCallback replaces these characters in metric names.
 _MLFLOW_UNSAFE = re.compile(r"[^0-9A-Za-z_\-\.\ :/]")
+
+
+def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
+    """The reference's key rewrite for trackers: `eval_x` -> `eval/x`, `test_x` -> `test/x`,
+    anything else -> `train/x`."""
+    rewritten = {}
+    for key, value in logs.items():
+        for prefix in ("eval_", "test_"):
+            if key.startswith(prefix):
+                rewritten[prefix[:-1] + "/" + key[len(prefix) :]] = value
+                break
+        else:
+            rewritten["train/" + key] = value
+    return rewritten
 
 
 def numeric_logs(logs: Mapping[str, Any]) -> dict[str, float]:
@@ -134,3 +149,52 @@ def isolated_mlflow_logger_class() -> type:
                     os.environ["MLFLOW_TRACKING_URI"] = saved_env
 
     return IsolatedMLFlowLogger
+
+
+def publish_logs(lightning_trainer: Any, logs: Mapping[str, Any], step: int, *, outside_fit: bool) -> None:
+    """Send one `log()` entry to Lightning: `callback_metrics` (so Lightning's `ModelCheckpoint` /
+    `EarlyStopping` can monitor `eval_loss`) and every logger, each the way the reference's
+    integration for that backend does (see `send_to_logger`)."""
+    import torch
+    from lightning.pytorch.utilities import rank_zero_only
+
+    numeric = numeric_logs(logs)
+    callback_metrics = lightning_trainer.callback_metrics
+    for key, value in numeric.items():
+        callback_metrics[key] = torch.tensor(value)
+    if rank_zero_only.rank != 0:
+        return  # Lightning's loggers write on global rank 0 only
+    for pl_logger in lightning_trainer.loggers:
+        send_to_logger(pl_logger, logs, step)
+        if outside_fit:
+            # Lightning finalised the loggers when `fit` returned; write what came after.
+            pl_logger.save()
+
+
+def publish_predict_metrics(
+    pl_loggers: list[Any], metrics: Mapping[str, Any], step: int, epoch: float | None = None
+) -> None:
+    """Send `predict()`'s metrics to the loggers whose reference integration logs them (global rank 0)."""
+    _on_rank_zero(pl_loggers, lambda pl_logger: send_predict_metrics(pl_logger, metrics, step, epoch))
+
+
+def publish_logs_before_training(pl_loggers: list[Any], logs: Mapping[str, Any], step: int) -> None:
+    """A `log()` entry from before any `train()` (evaluate first): to each logger as `publish_logs` sends it,
+    written out at once since no fit will finalise it."""
+
+    def send(pl_logger: Any) -> None:
+        send_to_logger(pl_logger, logs, step)
+        pl_logger.save()
+
+    _on_rank_zero(pl_loggers, send)
+
+
+def _on_rank_zero(pl_loggers: list[Any], send: Any) -> None:
+    """`send(logger)` for each logger, on global rank 0 only (where Lightning's loggers write)."""
+    if not pl_loggers:
+        return  # nothing to import Lightning for
+    from lightning.pytorch.utilities import rank_zero_only
+
+    if rank_zero_only.rank == 0:
+        for pl_logger in pl_loggers:
+            send(pl_logger)

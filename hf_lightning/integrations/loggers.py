@@ -36,6 +36,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from hf_lightning.args.enums import enum_value
+from hf_lightning.integrations.logger_adapters import isolated_mlflow_logger_class
+
 if TYPE_CHECKING:
     from hf_lightning.translation.translate import Environment, Plan
 
@@ -115,7 +118,7 @@ def requested_loggers(report_to: Any, env: Environment) -> list[str]:
             "pass report_to='all' or report_to='none'"
         )
     names = [report_to] if isinstance(report_to, str) else list(report_to)
-    names = [getattr(name, "value", name) for name in names]
+    names = [enum_value(name) for name in names]
     if None in names:
         raise ValueError(f"report_to={names!r} contains None; pass report_to='all' or report_to='none'")
     if names in (["none"], []):
@@ -310,8 +313,6 @@ def build_loggers(plan: Plan, now: datetime | None = None) -> list[Any]:
     times its TensorBoard directory then). Imports Lightning's logger modules lazily."""
     from lightning.pytorch import loggers as pl_loggers
 
-    from hf_lightning.integrations.logger_adapters import isolated_mlflow_logger_class
-
     classes = {
         "tensorboard": pl_loggers.TensorBoardLogger,
         "csv": pl_loggers.CSVLogger,
@@ -334,20 +335,6 @@ def build_loggers(plan: Plan, now: datetime | None = None) -> list[Any]:
     return built
 
 
-def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
-    """The reference's key rewrite for trackers: `eval_x` -> `eval/x`, `test_x` -> `test/x`,
-    anything else -> `train/x`."""
-    rewritten = {}
-    for key, value in logs.items():
-        for prefix in ("eval_", "test_"):
-            if key.startswith(prefix):
-                rewritten[prefix[:-1] + "/" + key[len(prefix) :]] = value
-                break
-        else:
-            rewritten["train/" + key] = value
-    return rewritten
-
-
 def installed_logger_backends(find_spec: Any = None) -> frozenset[str]:
     """Which logger backends are importable (used by `Environment.detect`)."""
     import importlib.util
@@ -360,57 +347,3 @@ def installed_logger_backends(find_spec: Any = None) -> frozenset[str]:
         if find(name) is not None:
             found.add(name)
     return frozenset(found)
-
-
-def publish_logs(lightning_trainer: Any, logs: Mapping[str, Any], step: int, *, outside_fit: bool) -> None:
-    """Send one `log()` entry to Lightning: `callback_metrics` (so Lightning's `ModelCheckpoint` /
-    `EarlyStopping` can monitor `eval_loss`) and every logger, each the way the reference's
-    integration for that backend does (see `logger_adapters.send_to_logger`)."""
-    import torch
-    from lightning.pytorch.utilities import rank_zero_only
-
-    from hf_lightning.integrations.logger_adapters import numeric_logs, send_to_logger
-
-    numeric = numeric_logs(logs)
-    callback_metrics = lightning_trainer.callback_metrics
-    for key, value in numeric.items():
-        callback_metrics[key] = torch.tensor(value)
-    if rank_zero_only.rank != 0:
-        return  # Lightning's loggers write on global rank 0 only
-    for pl_logger in lightning_trainer.loggers:
-        send_to_logger(pl_logger, logs, step)
-        if outside_fit:
-            # Lightning finalised the loggers when `fit` returned; write what came after.
-            pl_logger.save()
-
-
-def publish_predict_metrics(
-    pl_loggers: list[Any], metrics: Mapping[str, Any], step: int, epoch: float | None = None
-) -> None:
-    """Send `predict()`'s metrics to the loggers whose reference integration logs them (global rank 0)."""
-    from hf_lightning.integrations.logger_adapters import send_predict_metrics
-
-    _on_rank_zero(pl_loggers, lambda pl_logger: send_predict_metrics(pl_logger, metrics, step, epoch))
-
-
-def publish_logs_before_training(pl_loggers: list[Any], logs: Mapping[str, Any], step: int) -> None:
-    """A `log()` entry from before any `train()` (evaluate first): to each logger as `publish_logs` sends it,
-    written out at once since no fit will finalise it."""
-    from hf_lightning.integrations.logger_adapters import send_to_logger
-
-    def send(pl_logger: Any) -> None:
-        send_to_logger(pl_logger, logs, step)
-        pl_logger.save()
-
-    _on_rank_zero(pl_loggers, send)
-
-
-def _on_rank_zero(pl_loggers: list[Any], send: Any) -> None:
-    """`send(logger)` for each logger, on global rank 0 only (where Lightning's loggers write)."""
-    if not pl_loggers:
-        return  # nothing to import Lightning for
-    from lightning.pytorch.utilities import rank_zero_only
-
-    if rank_zero_only.rank == 0:
-        for pl_logger in pl_loggers:
-            send(pl_logger)

@@ -11,15 +11,14 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
+from hf_lightning.args.enums import enum_value
 from hf_lightning.args.parallel import str_to_bool
-
-if TYPE_CHECKING:  # optim.py imports this module for its table; the context type is only annotated here
-    from hf_lightning.optim.optimizers import OptimizerContext
+from hf_lightning.optim.context import OptimizerContext
 
 logger = logging.getLogger(__name__)
 
@@ -217,9 +216,7 @@ def setup_low_rank_optimizer(
     """GaLore/APOLLO groups: non-target params, then target `nn.Linear` weights with `optim_kwargs`;
     `_layerwise` names get one optimizer per parameter stepped from gradient hooks."""
     is_layerwise = optim.lower().endswith("layerwise")
-    parallel_mode = getattr(
-        getattr(args, "parallel_mode", None), "value", getattr(args, "parallel_mode", None)
-    )
+    parallel_mode = enum_value(getattr(args, "parallel_mode", None))
     if is_layerwise and parallel_mode == "distributed":
         raise NotImplementedError(f"Layer-wise {optim} does not support DDP at this time")
     targets = args.optim_target_modules

@@ -7,26 +7,22 @@ Optimizers from optional packages are built like the reference when the package 
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import logging
 import re
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-from packaging import version
 from torch import nn
 
+from hf_lightning.args.enums import enum_value
 from hf_lightning.optim.adafactor import Adafactor
+from hf_lightning.optim.context import OptimizerContext
 
-# The optional-package handlers and the GaLore/APOLLO setup live in optim_extras.py; the names marked
-# F401 were defined here before the split and stay importable from here (schedulers.py and tests use them).
+# The optional-package handlers and the GaLore/APOLLO setup live in extras.py.
 from hf_lightning.optim.extras import (
-    LayerWiseDummyOptimizer,  # noqa: F401
     _get_adamw_anyprecision,
     _get_adamw_torch_npu_fused,
     _get_adamw_torch_xla,
@@ -38,18 +34,12 @@ from hf_lightning.optim.extras import (
     _get_schedule_free_optimizer,
     _get_stable_adamw,
     _get_torchao_optimizer,
-    check_target_module_exists,  # noqa: F401
-    setup_low_rank_optimizer,  # noqa: F401
 )
 
 logger = logging.getLogger(__name__)
 
 # The reference's decay exclusion patterns, matched against lower-cased dotted names (R5.2).
 FORBIDDEN_NAME_PATTERNS = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
-
-
-class MissingOptimizerPackageError(ValueError, ImportError):
-    """An `optim` value needs a package that is not installed (ValueError for us, ImportError like the reference)."""
 
 
 def parse_optim_args(optim_args: str | None) -> dict[str, str]:
@@ -135,45 +125,6 @@ def _split_groups_by_device_mesh(groups: list[dict[str, Any]]) -> list[dict[str,
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class OptimizerContext:
-    """What every handler gets: the arguments, the model, base kwargs, Adam kwargs and parsed optim_args."""
-
-    args: Any
-    model: nn.Module | None
-    optim: str
-    optimizer_kwargs: dict[str, Any]
-    adam_kwargs: dict[str, Any]
-    optim_args: dict[str, str]
-
-    def require(self, module: str, pip: str, min_version: str | None = None) -> None:
-        """Raise MissingOptimizerPackageError unless `module` (at least `min_version`) is importable."""
-        # A method of the context so optim_extras.py's handlers need no import of this module, and it
-        # reads this module's `package_version` (the one tests replace).
-        installed = package_version(module)
-        if installed is None or (
-            min_version is not None and version.parse(installed) < version.parse(min_version)
-        ):
-            need = f"`{module}`" + (f" >= {min_version}" if min_version else "")
-            found = f"version {installed} is installed" if installed is not None else "it is not installed"
-            raise MissingOptimizerPackageError(
-                f"optim={self.optim!r} needs {need}, but {found}. Install it with `{pip}`, "
-                "or choose another `optim` (e.g. 'adamw_torch')."
-            )
-
-
-def package_version(module: str) -> str | None:
-    """The installed version of the importable top-level `module` ("0" if unknown), or None if absent."""
-    if importlib.util.find_spec(module) is None:
-        return None
-    try:
-        return importlib.metadata.version(module)
-    except importlib.metadata.PackageNotFoundError:
-        # Distribution name differs from the module name (e.g. optimi from torch-optimi).
-        dists = importlib.metadata.packages_distributions().get(module, [])
-        return importlib.metadata.version(dists[0]) if dists else "0"
-
-
 def _get_adafactor(ctx: OptimizerContext) -> tuple[Any, dict[str, Any]]:
     ctx.optimizer_kwargs.update({"scale_parameter": False, "relative_step": False})
     return Adafactor, ctx.optimizer_kwargs
@@ -253,7 +204,7 @@ def get_optimizer_cls_and_kwargs(args: Any, model: nn.Module | None = None) -> t
     Weight decay is not in the kwargs (it lives in the parameter groups), except where the reference
     puts it there (schedule-free, stable_adamw, or `optim_args`), and the groups' value still wins.
     """
-    optim = getattr(args.optim, "value", args.optim)
+    optim = enum_value(args.optim)
     handler = OPTIMIZER_HANDLERS.get(optim)
     if handler is None:
         raise ValueError(

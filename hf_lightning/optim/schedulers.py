@@ -17,9 +17,9 @@ from typing import Any
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler, ReduceLROnPlateau
 
-# `GreedyLR` and `StreamingAverage` live in greedy_lr.py; re-exported here, where they used to be.
-from hf_lightning.optim.greedy_lr import GreedyLR, StreamingAverage  # noqa: F401
-from hf_lightning.optim.optimizers import LayerWiseDummyOptimizer
+from hf_lightning.args.enums import enum_value
+from hf_lightning.optim.extras import LayerWiseDummyOptimizer
+from hf_lightning.optim.greedy_lr import GreedyLR
 
 # ---------------------------------------------------------------------------------------------
 # Pure lambdas: step count -> LR multiplier
@@ -418,7 +418,7 @@ class LayerWiseDummyScheduler(LRScheduler):
 
 
 def _scheduler_name(name: Any) -> str:
-    value = getattr(name, "value", name)
+    value = enum_value(name)
     if value not in TYPE_TO_SCHEDULER_FUNCTION:
         raise ValueError(
             f"lr_scheduler_type={value!r} is not a valid SchedulerType, please select one of "

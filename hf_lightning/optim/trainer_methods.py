@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 
 import hf_lightning.engine.schedule as schedule
 import hf_lightning.optim.optimizers as optim_layer
-from hf_lightning.evaluation.helpers import has_length
+from hf_lightning.data.sized import has_length
 from hf_lightning.optim.schedulers import get_scheduler
 
 _PLATEAU_SCHEDULER_NAMES = ("ReduceLROnPlateau", "GreedyLR")

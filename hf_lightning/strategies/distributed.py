@@ -17,9 +17,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hf_lightning.data.sized import has_length
+
 __all__ = [
     "all_reduce_sum",
     "all_tensors",
+    "barrier",
     "check_even_eval_shards",
     "ensure_process_group",
     "gather",
@@ -40,6 +43,12 @@ def is_distributed() -> bool:
 def world_size() -> int:
     """Processes in the default group (1 when none is initialised)."""
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def barrier() -> None:
+    """Wait for every process of the default group; a no-op in a single process."""
+    if is_distributed():
+        dist.barrier()
 
 
 def default_backend(args: Any) -> str:
@@ -191,7 +200,6 @@ def check_even_eval_shards(args: Any, dataset: Any) -> None:
     eval batch, the processes get different numbers (or sizes) of batches.
     """
     from hf_lightning.data.model_inputs import accelerator_option
-    from hf_lightning.evaluation.helpers import has_length
 
     total_batch_size = args.eval_batch_size * args.world_size
     if (

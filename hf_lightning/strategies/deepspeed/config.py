@@ -21,17 +21,19 @@ accelerate's defaults for unset variables (ZeRO stage 2, no offload, no 16-bit g
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
-
-from hf_lightning.args.parallel import load_deepspeed_config
 
 __all__ = [
     "ResolvedDeepSpeedConfig",
     "apply_plugin_defaults",
     "config_owns_optimizer",
     "config_owns_scheduler",
+    "deepspeed_fill_at_construction",
     "fill_at_argument_time",
     "fill_at_prepare",
     "fill_at_train_start",
@@ -91,11 +93,6 @@ def get_value(config: dict[str, Any], dotted_key: str, default: Any = None) -> A
 
 def _is_auto(config: dict[str, Any], dotted_key: str) -> bool:
     return get_value(config, dotted_key) == "auto"
-
-
-def _is_true(config: dict[str, Any], dotted_key: str) -> bool:
-    value = get_value(config, dotted_key)
-    return False if value is None else bool(value)
 
 
 def fill_match(
@@ -205,6 +202,43 @@ def fill_at_argument_time(
         config["checkpoint"]["use_node_local_storage"] = args.save_on_each_node
     fill(config, mismatches, "fp16.enabled", args.fp16 or args.fp16_full_eval, "fp16|fp16_full_eval")
     fill(config, mismatches, "bf16.enabled", args.bf16 or args.bf16_full_eval, "bf16|bf16_full_eval")
+    return mismatches
+
+
+def load_deepspeed_config(value: dict | str | os.PathLike) -> dict[str, Any]:
+    """Deep copy of a DeepSpeed config given as a dict, a JSON file path, a JSON string or base64 JSON."""
+    if isinstance(value, dict):
+        # The user's dict is never modified: after "auto" filling it would no longer be reusable.
+        return copy.deepcopy(value)
+    if os.path.exists(value):
+        with open(value, encoding="utf-8") as f:
+            return json.load(f)
+    try:
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return json.loads(base64.urlsafe_b64decode(value).decode("utf-8"))
+    except (UnicodeDecodeError, AttributeError, ValueError, TypeError):
+        raise ValueError(
+            f"deepspeed: expected a path to an existing DeepSpeed config, a dict, or a base64 encoded JSON "
+            f"string; received {value!r}."
+        ) from None
+
+
+def deepspeed_fill_at_construction(
+    config: dict[str, Any], args: Any, auto_find_batch_size: bool = False
+) -> list[str]:
+    """Fill the argument-construction ``"auto"`` keys of R7.1 in ``config`` in place; return the mismatches.
+
+    V16: a config without a ``zero_optimization`` section raises ``ValueError`` (accelerate's rule).
+    The mismatches are raised together at the start of ``train()``, as in the reference.
+    """
+    mismatches = fill_at_argument_time(config, args, args.world_size, auto_find_batch_size)
+    if "zero_optimization" not in config:
+        raise ValueError(
+            "deepspeed: please specify the ZeRO optimization config (a `zero_optimization` section, e.g. "
+            '{"zero_optimization": {"stage": 2}}) in the DeepSpeed config.'
+        )
     return mismatches
 
 

@@ -34,6 +34,7 @@ import torch
 from lightning.pytorch.plugins.precision import DeepSpeedPrecision
 from lightning.pytorch.strategies import DeepSpeedStrategy
 
+from hf_lightning.data.model_inputs import is_peft_model
 from hf_lightning.strategies.deepspeed.config import (
     ResolvedDeepSpeedConfig,
     config_owns_optimizer,
@@ -157,10 +158,6 @@ def engine_learning_rate(scheduler: Any) -> float:
         logger.warning("tried to get lr value before scheduler/optimizer started stepping, returning lr=0")
         last_lr = 0
     return last_lr.item() if torch.is_tensor(last_lr) else last_lr
-
-
-def _is_peft_model(model: Any) -> bool:
-    return callable(getattr(model, "load_adapter", None)) and hasattr(model, "active_adapters")
 
 
 # ---------------------------------------------------------------- precision
@@ -356,7 +353,7 @@ class HFDeepSpeedStrategy(DeepSpeedStrategy):
         if files is None:
             return
         checkpoint = files.checkpoint
-        load_engine_checkpoint(self._engine, checkpoint, load_module_strict=not _is_peft_model(facade.model))
+        load_engine_checkpoint(self._engine, checkpoint, load_module_strict=not is_peft_model(facade.model))
         if not isinstance(facade.lr_scheduler, EngineSchedulerView):
             from hf_lightning.checkpoint.files import safe_torch_load
 
@@ -453,7 +450,7 @@ def save_deepspeed_optimizer_and_scheduler(facade: Any, output_dir: str) -> None
     """The engine's checkpoint (`global_step<N>/`, `latest`, `zero_to_fp32.py`; all ranks), and `scheduler.pt`
     when the trainer steps its own schedule (not when the engine owns it), as the reference saves them."""
     engine = facade.model_wrapped
-    if _is_peft_model(facade.model):
+    if is_peft_model(facade.model):
         engine.save_checkpoint(output_dir, exclude_frozen_parameters=True)
     else:
         engine.save_checkpoint(output_dir)

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.fsdp.policies import is_fsdp1_model
 
 logger = logging.getLogger(__name__)
@@ -218,20 +219,13 @@ def _fsdp_files_present(checkpoint: str, name: str) -> bool:
     )
 
 
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-
-
 def load_fsdp_model(trainer: Any, input_dir: str) -> Any:
     """Load `pytorch_model_fsdp.bin` or `pytorch_model_fsdp_0/` into the wrapped model (accelerate's
     `load_fsdp_model`); the reference resumes and loads the best model this way under FSDP."""
     full = _is_full(trainer)
     model = trainer.model_wrapped
     context, options = _state_dict_mode(trainer, full)
-    _barrier()
+    barrier()
     with context:
         if full:
             path = os.path.join(input_dir, f"{FSDP_MODEL_NAME}.bin")
@@ -263,7 +257,7 @@ def load_fsdp_model(trainer: Any, input_dir: str) -> Any:
             from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
             result = set_model_state_dict(model, state, options=options)
-    _barrier()
+    barrier()
     return result
 
 
@@ -272,7 +266,7 @@ def load_fsdp_optimizer(trainer: Any, input_dir: str) -> None:
     full = _is_full(trainer)
     model, optimizer = trainer.model_wrapped, _plain_optimizer(trainer.optimizer)
     context, options = _state_dict_mode(trainer, full)
-    _barrier()
+    barrier()
     with context:
         if full:
             state = None
@@ -293,7 +287,7 @@ def load_fsdp_optimizer(trainer: Any, input_dir: str) -> None:
             from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
             set_optimizer_state_dict(model, optimizer, state, options=options)
-    _barrier()
+    barrier()
 
 
 def _read_sharded_optimizer(trainer: Any, options: Any, folder: str) -> dict[str, Any]:
