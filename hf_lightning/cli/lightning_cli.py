@@ -144,9 +144,11 @@ def parse(argv: list[str]) -> tuple[str, Any, Any]:
     """Parse `argv` (`COMMAND --config ...`); returns the command, its subparser and its namespace."""
     from argparse import ArgumentError
 
+    from hf_lightning.cli.open_keywords import route_argv
+
     parser = build_parser()
     try:
-        config = parser.parse_args(argv)
+        config = parser.parse_args(route_argv(argv))
     except ArgumentError as error:
         command = argv[0] if argv and argv[0] in SUBCOMMANDS else None
         message = str(error)
@@ -181,7 +183,10 @@ def resolve(command: str, subparser: Any, config: Any) -> RunConfig:
     args = _build_training_arguments(subparser, config, trainer_class)
     lightning_overrides = _lightning_overrides(config.trainer or {})
     seed_from_args(args)  # before the model is built, so its initial weights follow args.seed
-    instantiated = subparser.instantiate(config)
+    try:
+        instantiated = subparser.instantiate(config)
+    except (TypeError, ValueError) as error:  # a class refusing its arguments, in its own words
+        raise CLIConfigError(f"model / data: {type(error).__name__}: {error}") from None
     return RunConfig(
         command=command,
         trainer_class=trainer_class,
