@@ -144,11 +144,15 @@ def parse(argv: list[str]) -> tuple[str, Any, Any]:
     """Parse `argv` (`COMMAND --config ...`); returns the command, its subparser and its namespace."""
     from argparse import ArgumentError
 
-    from hf_lightning.cli.open_keywords import route_argv
+    from hf_lightning.cli.open_keywords import MissingPackageError, route_argv
 
+    try:
+        argv = route_argv(argv)
+    except MissingPackageError as error:
+        raise CLIConfigError(str(error)) from None
     parser = build_parser()
     try:
-        config = parser.parse_args(route_argv(argv))
+        config = parser.parse_args(argv)
     except ArgumentError as error:
         command = argv[0] if argv and argv[0] in SUBCOMMANDS else None
         message = str(error)

@@ -20,6 +20,12 @@ from typing import Any
 OPEN_KEYWORD_BASES = frozenset({"PreTrainedConfig", "PretrainedConfig"})
 CONFIG_OPTIONS = ("--config", "-c")
 INIT_ARGS = ".init_args."
+# Optional packages a config may name classes of, with the command that installs each from a checkout.
+OPTIONAL_PACKAGES = {"transformers": 'pip install -e ".[transformers]"'}
+
+
+class MissingPackageError(ImportError):
+    """A config names a class of an optional package that is not installed; the message says how to install it."""
 
 
 def import_class(class_path: str) -> type | None:
@@ -30,6 +36,12 @@ def import_class(class_path: str) -> type | None:
     try:
         value = getattr(importlib.import_module(module_name), name, None)
     except ImportError:
+        package = class_path.split(".")[0]
+        if package in OPTIONAL_PACKAGES and not _installed(package):
+            raise MissingPackageError(
+                f"{class_path} needs {package}, which is not installed: {OPTIONAL_PACKAGES[package]} "
+                f"(or pip install {package})"
+            ) from None
         return None
     return value if inspect.isclass(value) else None
 
@@ -66,7 +78,10 @@ def route_config(config: Any, keywords_of: Callable[[str], set[str] | None]) -> 
 
 
 def route_argv(argv: list[str], keywords_of: Callable[[str], set[str] | None] | None = None) -> list[str]:
-    """`argv` with extra keywords moved to `dict_kwargs`: in `--config` files and in `--X.init_args.KEY` options."""
+    """`argv` with extra keywords moved to `dict_kwargs`: in `--config` files and in `--X.init_args.KEY` options.
+
+    Raises MissingPackageError when a named class belongs to an optional package that is not installed.
+    """
     import yaml
 
     keywords_of = keywords_of or _keywords_of_class_path
@@ -94,6 +109,10 @@ def route_argv(argv: list[str], keywords_of: Callable[[str], set[str] | None] | 
                 _record_value(path, value, classes)
         routed.append(f"{option}={inline}" if has_inline else option)
         index += 1
+    for class_path in classes.values():
+        import_class(
+            class_path
+        )  # raises MissingPackageError for a class of an optional package not installed
     return routed
 
 
@@ -159,6 +178,15 @@ def _load(value: str) -> Any:
         return yaml.safe_load(value)
     except (OSError, yaml.YAMLError):
         return None  # jsonargparse reports the unreadable config itself
+
+
+def _installed(package: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ImportError:
+        return False
 
 
 def _keywords_of_class_path(class_path: str) -> set[str] | None:
