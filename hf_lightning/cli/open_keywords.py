@@ -94,7 +94,7 @@ def route_argv(argv: list[str], keywords_of: Callable[[str], set[str] | None] | 
         value_index = None if has_inline else index + 1
         value = inline if has_inline else (argv[index + 1] if index + 1 < len(argv) else None)
         if option in CONFIG_OPTIONS and value is not None:
-            config = _load(value)
+            config = load_config(value)
             if isinstance(config, dict):
                 _record_classes(config, "", classes)
                 if route_config(config, keywords_of):
@@ -134,7 +134,7 @@ def _record_value(path: str, value: str, classes: dict[str, str]) -> None:
     if path.endswith(".class_path"):
         classes[path[: -len(".class_path")]] = value
     elif value.lstrip().startswith("{"):
-        config = _load(value)
+        config = load_config(value)
         if isinstance(config, dict):
             _record_classes(config, path, classes)
     elif "." in value and " " not in value and not os.path.exists(value):
@@ -167,7 +167,7 @@ def _mappings(config: Any) -> Iterator[dict]:
             yield from _mappings(value)
 
 
-def _load(value: str) -> Any:
+def load_config(value: str) -> Any:
     """A `--config` value: a YAML / JSON file, or the config text itself (as jsonargparse takes it)."""
     import yaml
 
