@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -161,7 +160,9 @@ class HFLightningTrainer(
 
         self.hub_model_id = None
         if args.should_save:
-            os.makedirs(args.output_dir, exist_ok=True)
+            from hf_lightning.checkpoint.output_folder import make_output_dir
+
+            make_output_dir(args.output_dir)  # an existing file there: a ValueError naming output_dir
 
         self.control = TrainerControl()
         self.state = TrainerState(
