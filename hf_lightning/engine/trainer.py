@@ -210,6 +210,11 @@ class HFLightningTrainer(
         transformers_logging = _transformers_logging()
         if transformers_logging is not None:
             transformers_logging.set_verbosity(self.args.get_process_log_level())
+        chosen = self.args.log_level if self.args.should_log else self.args.log_level_replica
+        if chosen != "passive":  # passive leaves our loggers to the application's logging set-up
+            from hf_lightning.engine.library_logging import set_library_log_level
+
+            set_library_log_level(self.args.get_process_log_level())
 
     def _place_model(self, model: nn.Module) -> None:
         """The reference's `place_model_on_device`: the argument's value, else not under model parallelism,
