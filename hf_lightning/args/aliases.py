@@ -357,6 +357,17 @@ def fold_v4_aliases(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return fold.kwargs, fold.attributes
 
 
+def _refuse_unknown_keywords(class_name: str, kwargs: dict[str, Any], init_names: list[str]) -> None:
+    """The TypeError Python raises for an unknown keyword, with the closest field suggested (typos)."""
+    import difflib
+
+    for name in kwargs:
+        if name not in init_names:
+            close = difflib.get_close_matches(name, init_names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"{class_name}.__init__() got an unexpected keyword argument {name!r}{hint}")
+
+
 def with_v4_aliases(cls: C) -> C:
     """Wrap the dataclass ``__init__`` of ``cls`` so that it accepts the v4 keywords.
 
@@ -379,6 +390,7 @@ def with_v4_aliases(cls: C) -> C:
                 raise TypeError(f"{cls.__name__}.__init__() got multiple values for argument '{name}'")
             merged[name] = value
         field_kwargs, attributes = fold_v4_aliases(merged)
+        _refuse_unknown_keywords(cls.__name__, field_kwargs, init_names)
         for name, value in attributes.items():
             object.__setattr__(self, name, value)
         original_init(self, **field_kwargs)

@@ -46,6 +46,7 @@ from hf_lightning.checkpoint.files import (
     write_complete_marker,
 )
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
+from hf_lightning.checkpoint.output_folder import apply_umask
 from hf_lightning.data.model_inputs import is_peft_model
 from hf_lightning.strategies.distributed import barrier
 
@@ -463,6 +464,7 @@ class CheckpointMixin(MetricsIOMixin):
                 safetensors.torch.save_file(
                     state_dict, os.path.join(output_dir, SAFE_WEIGHTS_NAME), metadata={"format": "pt"}
                 )
+        apply_umask(output_dir)
         processing_class = self.processing_class
         if processing_class is None:
             tokenizer = getattr(self.data_collator, "tokenizer", None)

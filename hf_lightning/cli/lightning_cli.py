@@ -144,7 +144,15 @@ def parse(argv: list[str]) -> tuple[str, Any, Any]:
     """Parse `argv` (`COMMAND --config ...`); returns the command, its subparser and its namespace."""
     from argparse import ArgumentError
 
+    from hf_lightning.cli.open_keywords import MissingPackageError, route_argv
+
     parser = build_parser()
+    if argv and argv[0] in SUBCOMMANDS:
+        _check_sections(argv, parser._subcommands_action._name_parser_map[argv[0]])
+    try:
+        argv = route_argv(argv)
+    except MissingPackageError as error:
+        raise CLIConfigError(str(error)) from None
     try:
         config = parser.parse_args(argv)
     except ArgumentError as error:
@@ -165,12 +173,39 @@ def _suggestion(message: str, subparser: Any) -> str:
     import difflib
     import re
 
+    known = [key for key in subparser.get_defaults().keys() if key != "config"]
+    option = re.search(r"unrecognized arguments: --([^\s=]+)", message)
+    if option is not None:
+        close = difflib.get_close_matches(option.group(1), known, n=1)
+        return f"; did you mean '--{close[0]}'?" if close else ""
     unknown = re.search(r"does not accept option '([^']+)'", message)
     if unknown is None:
         return ""
-    known = [key for key in subparser.get_defaults().keys() if key != "config"]
     close = difflib.get_close_matches(unknown.group(1), known, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _check_sections(argv: list[str], subparser: Any) -> None:
+    """Refuse a top-level key of a `--config` file that is no section (jsonargparse would drop it silently)."""
+    import difflib
+
+    from hf_lightning.cli.open_keywords import CONFIG_OPTIONS, load_config
+
+    sections = sorted({key.split(".")[0] for key in subparser.get_defaults().keys()} - {"config"})
+    for index, token in enumerate(argv):
+        option, has_inline, inline = token.partition("=")
+        if option not in CONFIG_OPTIONS or (not has_inline and index + 1 >= len(argv)):
+            continue
+        source = inline if has_inline else argv[index + 1]
+        config = load_config(source)
+        for key in config if isinstance(config, dict) else ():
+            if key not in sections:
+                close = difflib.get_close_matches(str(key), sections, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                where = source if os.path.isfile(source) else "the --config text"
+                raise CLIConfigError(
+                    f"{where}: unknown top-level key {key!r}; {hint}(sections: {', '.join(sections)})"
+                )
 
 
 def resolve(command: str, subparser: Any, config: Any) -> RunConfig:
@@ -181,7 +216,10 @@ def resolve(command: str, subparser: Any, config: Any) -> RunConfig:
     args = _build_training_arguments(subparser, config, trainer_class)
     lightning_overrides = _lightning_overrides(config.trainer or {})
     seed_from_args(args)  # before the model is built, so its initial weights follow args.seed
-    instantiated = subparser.instantiate(config)
+    try:
+        instantiated = subparser.instantiate(config)
+    except (TypeError, ValueError) as error:  # a class refusing its arguments, in its own words
+        raise CLIConfigError(f"model / data: {type(error).__name__}: {error}") from None
     return RunConfig(
         command=command,
         trainer_class=trainer_class,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -162,7 +161,9 @@ class HFLightningTrainer(
 
         self.hub_model_id = None
         if args.should_save:
-            os.makedirs(args.output_dir, exist_ok=True)
+            from hf_lightning.checkpoint.output_folder import make_output_dir
+
+            make_output_dir(args.output_dir)  # an existing file there: a ValueError naming output_dir
 
         self.control = TrainerControl()
         self.state = TrainerState(
@@ -210,6 +211,11 @@ class HFLightningTrainer(
         transformers_logging = _transformers_logging()
         if transformers_logging is not None:
             transformers_logging.set_verbosity(self.args.get_process_log_level())
+        chosen = self.args.log_level if self.args.should_log else self.args.log_level_replica
+        if chosen != "passive":  # passive leaves our loggers to the application's logging set-up
+            from hf_lightning.engine.library_logging import set_library_log_level
+
+            set_library_log_level(self.args.get_process_log_level())
 
     def _place_model(self, model: nn.Module) -> None:
         """The reference's `place_model_on_device`: the argument's value, else not under model parallelism,

@@ -1,0 +1,45 @@
+"""A mistyped option or section of a run config is refused with the closest known name suggested."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from hf_lightning.cli.data_sources import CLI_VOCAB_SIZE
+from hf_lightning.cli.lightning_cli import main
+
+
+def write_config(tmp_path: Path, **extra) -> str:
+    config = {
+        "args": {"output_dir": str(tmp_path / "out"), "report_to": "none", "use_cpu": True},
+        "model": {
+            "class_path": "hf_lightning.cli.embedded.TinyTransformerClassifier",
+            "init_args": {
+                "vocab_size": CLI_VOCAB_SIZE,
+                "d_model": 16,
+                "dim_feedforward": 32,
+                "num_layers": 1,
+            },
+        },
+        "data": {"class_path": "hf_lightning.cli_data.EmbeddedClassificationData"},
+        **extra,
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return str(path)
+
+
+def test_a_mistyped_command_line_option_suggests_the_closest(tmp_path, capsys):
+    for option in (["--args.learning_rte", "1e-3"], ["--args.learning_rte=1e-3"]):
+        assert main(["validate", "--config", write_config(tmp_path), *option]) == 2
+        error = capsys.readouterr().err
+        assert "--args.learning_rte" in error and "did you mean '--args.learning_rate'?" in error, error
+
+
+def test_a_mistyped_top_level_key_is_refused_with_the_closest_section(tmp_path, capsys):
+    path = write_config(tmp_path, trainr={"max_time": "00:00:01:00"})
+    assert main(["validate", "--config", path]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("hf-lightning validate: error:") and len(error.splitlines()) == 1, error
+    assert path in error and "'trainr'" in error and "did you mean 'trainer'?" in error
