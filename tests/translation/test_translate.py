@@ -600,7 +600,7 @@ def test_translate_runs_without_transformers_or_accelerate():
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
