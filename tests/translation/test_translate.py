@@ -32,15 +32,6 @@ ONE_GPU = Environment(cuda_available=True, cuda_device_count=1, installed_logger
 DDP_2 = Environment(world_size=2, local_world_size=2, is_distributed_launch=True)
 
 
-@pytest.fixture
-def make_args(tmp_path):
-    def make(cls=transformers.TrainingArguments, **kwargs):
-        kwargs.setdefault("use_cpu", True)
-        return cls(output_dir=str(tmp_path / "out"), **kwargs)
-
-    return make
-
-
 def override(args, **attributes):
     """Set attributes after construction, for values this CPU machine would not validate."""
     for name, value in attributes.items():
