@@ -21,3 +21,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             f"Test dependencies missing: {', '.join(missing)}. Install them with `pip install -e .[dev]`; "
             "parity tests never skip."
         )
+
+
+@pytest.fixture
+def make_args(tmp_path):
+    """Factory of arguments for a CPU run that writes under tmp_path and reports nowhere.
+
+    `make_args(cls=transformers.TrainingArguments, **fields)`: `fields` override the defaults, `cls` picks the
+    arguments class (the reference's, ours, or a Seq2Seq one)."""
+
+    def make(cls: type | None = None, **fields):
+        if cls is None:
+            import transformers
+
+            cls = transformers.TrainingArguments
+        return cls(**{"output_dir": str(tmp_path / "out"), "use_cpu": True, "report_to": "none", **fields})
+
+    return make

@@ -23,6 +23,19 @@ class RegressionMLP(nn.Module):
         return out
 
 
+class DropoutMLP(nn.Module):
+    """A seeded MLP with dropout, so a resume must restore the RNG; a plain module trains in well under a second."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Dropout(0.2), nn.Linear(16, 1))
+
+    def forward(self, x, labels=None):
+        logits = self.net(x).squeeze(-1)
+        return {"loss": nn.functional.mse_loss(logits, labels), "logits": logits}
+
+
 class ListDataset(Dataset):
     """A list of dict items (the reference's default collator stacks them)."""
 

@@ -22,7 +22,13 @@ import hf_lightning.checkpoint.resume as resume_module
 from hf_lightning import TrainingArguments
 from hf_lightning.checkpoint.files import COMPLETE_MARKER_NAME, OPTIMIZER_NAME
 from hf_lightning.engine.trainer import HFLightningTrainer
-from tests.parity.models import ListDataset, classification_data, make_tiny_bert_classifier, regression_data
+from tests.parity.models import (
+    DropoutMLP,
+    ListDataset,
+    classification_data,
+    make_tiny_bert_classifier,
+    regression_data,
+)
 
 RUNTIME_SUFFIXES = ("_runtime", "_per_second")
 
@@ -459,26 +465,15 @@ def test_iterable_dataset_resumes_exactly(tmp_path):
     """No indices to skip: the trained batches are read and discarded (as accelerate does), then the RNG restored."""
     dataset = StreamOfItems(regression_data(40).items)
     settings = dict(max_steps=8, save_steps=3, gradient_accumulation_steps=2)
-    straight = train("ours", tmp_path / "a", dataset, make_model=DropoutModel, **settings)
-    train("ours", tmp_path / "b", dataset, stop_at=3, make_model=DropoutModel, **settings)
+    straight = train("ours", tmp_path / "a", dataset, make_model=DropoutMLP, **settings)
+    train("ours", tmp_path / "b", dataset, stop_at=3, make_model=DropoutMLP, **settings)
     resumed = train(
-        "ours", tmp_path / "b", dataset, resume=True, make_model=DropoutModel, model_seed=7, **settings
+        "ours", tmp_path / "b", dataset, resume=True, make_model=DropoutMLP, model_seed=7, **settings
     )
-    reference = train("reference", tmp_path / "r", dataset, make_model=DropoutModel, **settings)
+    reference = train("reference", tmp_path / "r", dataset, make_model=DropoutMLP, **settings)
     assert_bit_identical(resumed.weights, straight.weights)
     assert step_logs(resumed.log_history) == step_logs(straight.log_history)
     assert max_difference(straight.weights, reference.weights) <= 1e-6
-
-
-class DropoutModel(nn.Module):
-    def __init__(self, seed: int = 0):
-        super().__init__()
-        torch.manual_seed(seed)
-        self.net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Dropout(0.2), nn.Linear(16, 1))
-
-    def forward(self, x, labels=None):
-        logits = self.net(x).squeeze(-1)
-        return {"loss": nn.functional.mse_loss(logits, labels), "logits": logits}
 
 
 class PlainLoaderTrainer(HFLightningTrainer):
@@ -500,7 +495,7 @@ def test_plain_dataloader_from_an_override_is_fast_forwarded_by_replay(tmp_path,
         ("b", [], True, 7),
     ):
         trainer = PlainLoaderTrainer(
-            model=DropoutModel(seed),
+            model=DropoutMLP(seed),
             args=TrainingArguments(output_dir=str(tmp_path / run_dir), **args),
             train_dataset=regression_data(12),
             callbacks=callbacks,

@@ -9,7 +9,6 @@ import logging
 import pytest
 import transformers
 import transformers.trainer_callback as ref
-from transformers import TrainingArguments
 
 from hf_lightning import callbacks as ours
 
@@ -21,10 +20,6 @@ SIX_COMMON_KWARGS = [
     "processing_class",
     "train_dataloader",
 ]
-
-
-def make_args(tmp_path, **kwargs) -> TrainingArguments:
-    return TrainingArguments(output_dir=str(tmp_path), report_to="none", **kwargs)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -168,8 +163,8 @@ def test_trainer_control_state_and_resets_match_reference():
         (dict(eval_strategy="no", save_steps=0.999), 1000),
     ],
 )
-def test_compute_steps_resolves_ratios_like_reference(tmp_path, steps, max_steps):
-    args = make_args(tmp_path, **steps)
+def test_compute_steps_resolves_ratios_like_reference(make_args, steps, max_steps):
+    args = make_args(**steps)
     mine, theirs = ours.TrainerState(), ref.TrainerState()
     mine.compute_steps(args, max_steps)
     theirs.compute_steps(args, max_steps)
@@ -292,10 +287,10 @@ RUN_SHAPES = [(4, 2, 8), (4, 3, 10), (5, 2, 7), (3, 1, 3), (1, 4, 4)]
 @pytest.mark.parametrize(
     "save", SAVE_VARIANTS, ids=lambda v: v["save_strategy"] + str(v.get("save_steps", ""))
 )
-def test_default_flow_matches_reference_for_argument_grid(tmp_path, save):
+def test_default_flow_matches_reference_for_argument_grid(make_args, save):
     flagged = set()
     for logging_variant, eval_variant in itertools.product(LOGGING_VARIANTS, EVAL_VARIANTS):
-        args = make_args(tmp_path, **logging_variant, **eval_variant, **save)
+        args = make_args(**logging_variant, **eval_variant, **save)
         for shape in RUN_SHAPES:
             mine, theirs = run_flow(ours, args, *shape), run_flow(ref, args, *shape)
             assert mine == theirs, (logging_variant, eval_variant, save, shape)
@@ -309,9 +304,9 @@ def _events_with(trace, flag_index):
     return [(event, step) for event, step, _, flags in trace if flags[flag_index]]
 
 
-def test_default_flow_reproduces_spec_trace(tmp_path):
+def test_default_flow_reproduces_spec_trace(make_args):
     # CB-4.12: 4 steps per epoch, 2 epochs, eval per epoch, save_steps=3, logging_steps=2.
-    args = make_args(tmp_path, eval_strategy="epoch", save_strategy="steps", save_steps=3, logging_steps=2)
+    args = make_args(eval_strategy="epoch", save_strategy="steps", save_steps=3, logging_steps=2)
     trace = run_flow(ours, args, 4, 2, 8)
     saves = [step for _, step in _events_with(trace, 2)]
     assert saves == [3, 6, 8]
@@ -319,12 +314,12 @@ def test_default_flow_reproduces_spec_trace(tmp_path):
     assert [step for _, step in _events_with(trace, 4)] == [2, 4, 6, 8]
 
     # R2.9: logging_steps=0.25, max_steps=10 -> 3, 6, 9 (+1 with logging_first_step).
-    args = make_args(tmp_path, logging_steps=0.25, logging_first_step=True, save_strategy="no")
+    args = make_args(logging_steps=0.25, logging_first_step=True, save_strategy="no")
     assert [step for _, step in _events_with(run_flow(ours, args, 10, 1, 10), 4)] == [1, 3, 6, 9]
 
     # EVAL-2.16: max_steps=6, eval_steps=4, eval_delay=3 -> evaluations at 4 and 6; logs at 1, 5.
     args = make_args(
-        tmp_path, eval_strategy="steps", eval_steps=4, eval_delay=3, logging_first_step=True, logging_steps=5
+        eval_strategy="steps", eval_steps=4, eval_delay=3, logging_first_step=True, logging_steps=5
     )
     trace = run_flow(ours, args, 6, 1, 6)
     assert [step for _, step in _events_with(trace, 3)] == [4, 6]
@@ -450,8 +445,8 @@ for _event in ours.EVENTS:
     )
 
 
-def test_transformers_callback_receives_our_objects_and_kwargs(tmp_path):
-    args = make_args(tmp_path)
+def test_transformers_callback_receives_our_objects_and_kwargs(make_args):
+    args = make_args()
     handler = ours.CallbackHandler(
         [ours.DefaultFlowCallback, TransformersRecorder], "m", "tok", "opt", "sched"
     )
@@ -504,8 +499,8 @@ def test_returned_control_replaces_it_for_later_callbacks():
     handler.on_log(None, ours.TrainerState(), ours.TrainerControl(), logs={})
 
 
-def test_transformers_flow_and_early_stopping_run_on_our_state(tmp_path):
-    args = make_args(tmp_path, eval_strategy="steps", eval_steps=2, metric_for_best_model="loss")
+def test_transformers_flow_and_early_stopping_run_on_our_state(make_args):
+    args = make_args(eval_strategy="steps", eval_steps=2, metric_for_best_model="loss")
     handler = ours.CallbackHandler(
         [transformers.DefaultFlowCallback, transformers.EarlyStoppingCallback(early_stopping_patience=1)],
         *[None] * 4,
@@ -638,9 +633,8 @@ SEQUENCES = [
 
 @pytest.mark.parametrize("greater_is_better", [True, False])
 @pytest.mark.parametrize("metrics,patience,threshold", SEQUENCES)
-def test_early_stopping_matches_reference(tmp_path, metrics, patience, threshold, greater_is_better):
+def test_early_stopping_matches_reference(make_args, metrics, patience, threshold, greater_is_better):
     args = make_args(
-        tmp_path,
         eval_strategy="steps",
         metric_for_best_model="accuracy",
         greater_is_better=greater_is_better,
@@ -650,9 +644,9 @@ def test_early_stopping_matches_reference(tmp_path, metrics, patience, threshold
     assert mine == theirs
 
 
-def test_early_stopping_spec_examples(tmp_path):
+def test_early_stopping_spec_examples(make_args):
     args = make_args(
-        tmp_path, eval_strategy="steps", metric_for_best_model="accuracy", greater_is_better=True
+        eval_strategy="steps", metric_for_best_model="accuracy", greater_is_better=True
     )
     history, _ = run_early_stopping(ours, args, [0.5, 0.6, 0.6, 0.55, 0.7], 2, 0.0)
     assert history[-1] == (4, 2, True)
@@ -664,11 +658,11 @@ def test_early_stopping_spec_examples(tmp_path):
     }
 
 
-def test_early_stopping_refuses_incomplete_configuration(tmp_path, caplog):
+def test_early_stopping_refuses_incomplete_configuration(make_args, caplog):
     callback = ours.EarlyStoppingCallback()
     with pytest.raises(ValueError, match="metric_for_best_model"):
-        callback.on_train_begin(make_args(tmp_path, eval_strategy="steps"), ours.TrainerState(), None)
-    no_eval = make_args(tmp_path, metric_for_best_model="loss")
+        callback.on_train_begin(make_args(eval_strategy="steps"), ours.TrainerState(), None)
+    no_eval = make_args(metric_for_best_model="loss")
     with pytest.raises(
         AssertionError, match="eval_strategy"
     ):  # the reference asserts: still catchable as such

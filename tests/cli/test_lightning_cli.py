@@ -25,7 +25,7 @@ from hf_lightning.cli.lightning_cli import main, parse, run
 from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.no_transformers import BLOCK_TRANSFORMERS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAX_STEPS = 6
 DATA_SIZES = {"train_size": 192, "eval_size": 48, "test_size": 40, "seed": 3}
 

@@ -29,7 +29,7 @@ from hf_lightning.args.hf_argparser import HfArg, HfArgumentParser
 from hf_lightning.args.hf_argparser_v4 import V4_GROUP_TITLE, v4_alias_names
 from hf_lightning.args.training_args import Seq2SeqTrainingArguments, TrainingArguments
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class Color(Enum):

@@ -33,15 +33,6 @@ ONE_GPU = Environment(cuda_available=True, cuda_device_count=1, installed_logger
 DDP_2 = Environment(world_size=2, local_world_size=2, is_distributed_launch=True)
 
 
-@pytest.fixture
-def make_args(tmp_path):
-    def make(cls=transformers.TrainingArguments, **kwargs):
-        kwargs.setdefault("use_cpu", True)
-        return cls(output_dir=str(tmp_path / "out"), **kwargs)
-
-    return make
-
-
 def override(args, **attributes):
     """Set attributes after construction, for values this CPU machine would not validate."""
     for name, value in attributes.items():
@@ -601,7 +592,7 @@ def test_translate_runs_without_transformers_or_accelerate():
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"

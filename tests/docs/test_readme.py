@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hf_lightning.translation.field_registry import registry_markdown
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_readme_table_is_generated_from_the_registry():

@@ -129,4 +129,4 @@ def test_state_after_train(tmp_path):
 def _repo_root():
     from pathlib import Path
 
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]

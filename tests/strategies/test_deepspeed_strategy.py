@@ -32,7 +32,7 @@ from hf_lightning.strategies.deepspeed.strategy import (
     EngineSchedulerView,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 AUTO_ADAMW = {
     "type": "AdamW",

@@ -12,7 +12,7 @@ from tests.no_transformers import BLOCK_TRANSFORMERS
 from tests.parity.harness import run_parity
 from tests.parity.models import classification_data, make_tiny_bert_classifier
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _normalise(card: str) -> str:

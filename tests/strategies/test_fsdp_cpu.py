@@ -18,7 +18,7 @@ import pytest
 import safetensors.torch
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "distributed" / "fsdp_train_script.py"
 MARKER = "hf_lightning_complete.json"
 COMMON_FILES = ["rng_state_0.pth", "rng_state_1.pth", "scheduler.pt", "trainer_state.json"]

@@ -1,6 +1,6 @@
 """evaluate() / predict() under `torchrun --nproc_per_node=2` (gloo, CPU) against the reference in the same launch.
 
-Two launches of tests/distributed_eval_script.py run side by side, one with hf_lightning and one with
+Two launches of tests/distributed/eval_script.py run side by side, one with hf_lightning and one with
 transformers; a single-process hf_lightning run in this process gives the rows every rank must return.
 EVAL-2.9 / EVAL-2.10.
 """
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.distributed_eval_script import (
+from tests.distributed.eval_script import (
     EVAL_BATCH_SIZE,
     NUM_SAMPLES,
     TaggingData,
@@ -28,8 +28,8 @@ from tests.distributed_eval_script import (
     run,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tests" / "distributed_eval_script.py"
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "distributed" / "eval_script.py"
 WORLD_SIZE = 2
 # Keys whose values depend on the machine's speed.
 TIMING_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second", "_model_preparation_time")

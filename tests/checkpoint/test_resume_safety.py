@@ -17,7 +17,6 @@ import time
 
 import pytest
 import torch
-from torch import nn
 
 from hf_lightning import TrainingArguments
 from hf_lightning.callbacks import TrainerCallback
@@ -32,20 +31,7 @@ from hf_lightning.checkpoint.files import (
     WEIGHTS_NAME,
 )
 from hf_lightning.engine.trainer import HFLightningTrainer
-from tests.parity.models import regression_data
-
-
-class DropoutMLP(nn.Module):
-    """Dropout makes the RNG restore matter; a plain module keeps each run well under a second."""
-
-    def __init__(self, seed: int = 0):
-        super().__init__()
-        torch.manual_seed(seed)
-        self.net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Dropout(0.2), nn.Linear(16, 1))
-
-    def forward(self, x, labels=None):
-        logits = self.net(x).squeeze(-1)
-        return {"loss": nn.functional.mse_loss(logits, labels), "logits": logits}
+from tests.parity.models import DropoutMLP, regression_data
 
 
 class StopAt(TrainerCallback):

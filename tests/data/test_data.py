@@ -45,19 +45,17 @@ SEED_42_ORDERS = [
 DATA_SEED_7_ORDERS = [[5, 0, 3, 4, 1, 7, 9, 6, 8, 2], [3, 5, 0, 1, 2, 6, 4, 7, 8, 9]]
 
 
-def make_args(tmp_path, **overrides) -> transformers.TrainingArguments:
-    base = dict(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        report_to="none",
+@pytest.fixture
+def make_args(make_args):
+    """The shared factory with this file's quiet run: no saves, no logs, no progress bar, batches of 2."""
+    return functools.partial(
+        make_args,
         disable_tqdm=True,
         save_strategy="no",
         logging_strategy="no",
         per_device_train_batch_size=2,
         per_device_eval_batch_size=2,
     )
-    base.update(overrides)
-    return transformers.TrainingArguments(**base)
 
 
 class IdxModel(torch.nn.Module):
@@ -126,8 +124,8 @@ def tiny_bert():
 
 
 @pytest.mark.parametrize("seed,data_seed", [(42, None), (1, 7)])
-def test_random_order_and_rng_stream_match_reference_training(tmp_path, seed, data_seed):
-    args = make_args(tmp_path, num_train_epochs=3, seed=seed, data_seed=data_seed)
+def test_random_order_and_rng_stream_match_reference_training(make_args, seed, data_seed):
+    args = make_args(num_train_epochs=3, seed=seed, data_seed=data_seed)
     ref_model = IdxModel()
     Trainer(model=ref_model, args=args, train_dataset=idx_items(10)).train()
 
@@ -143,7 +141,7 @@ def test_random_order_and_rng_stream_match_reference_training(tmp_path, seed, da
     assert flat[: 10 * len(expected)] == [i for order in expected for i in order]
 
 
-def test_random_collator_interleaves_with_forward_like_reference(tmp_path):
+def test_random_collator_interleaves_with_forward_like_reference(make_args):
     # The reference's prepared loader collates one batch ahead; a collator drawing from the global RNG
     # (masking, for instance) must see the same stream as there.
     def drawing_collator(features):
@@ -151,7 +149,7 @@ def test_random_collator_interleaves_with_forward_like_reference(tmp_path):
         batch["x"] = batch["x"] + torch.rand(1)
         return batch
 
-    args = make_args(tmp_path, num_train_epochs=2, seed=5)
+    args = make_args(num_train_epochs=2, seed=5)
     ref_model = IdxModel()
     Trainer(model=ref_model, args=args, train_dataset=idx_items(6), data_collator=drawing_collator).train()
     set_seed(5)
@@ -162,8 +160,8 @@ def test_random_collator_interleaves_with_forward_like_reference(tmp_path):
     assert our_model.draws == ref_model.draws
 
 
-def test_only_one_int64_draw_per_epoch(tmp_path):
-    args = make_args(tmp_path, seed=42)
+def test_only_one_int64_draw_per_epoch(make_args):
+    args = make_args(seed=42)
     set_seed(42)
     model = IdxModel()
     loader = build_train_dataloader(idx_items(4), args=args, data_collator=None, model=model)
@@ -186,8 +184,8 @@ def test_only_one_int64_draw_per_epoch(tmp_path):
     assert torch.equal(after_epoch, torch.get_rng_state())
 
 
-def test_sampler_seed_is_the_initial_seed_at_build_time(tmp_path):
-    args = make_args(tmp_path, seed=42)
+def test_sampler_seed_is_the_initial_seed_at_build_time(make_args):
+    args = make_args(seed=42)
     torch.manual_seed(3)  # a user reseed between construction and train() changes S (R3.2)
     loader = build_train_dataloader(idx_items(10), args=args, data_collator=None, model=IdxModel())
     torch.manual_seed(42)
@@ -195,8 +193,8 @@ def test_sampler_seed_is_the_initial_seed_at_build_time(tmp_path):
     assert [i for batch in our_epochs(loader, 1) for i in batch] == expected
 
 
-def test_sequential_strategy_and_drop_last(tmp_path):
-    args = make_args(tmp_path, train_sampling_strategy="sequential", dataloader_drop_last=True, seed=42)
+def test_sequential_strategy_and_drop_last(make_args):
+    args = make_args(train_sampling_strategy="sequential", dataloader_drop_last=True, seed=42)
     loader = build_train_dataloader(idx_items(5), args=args, data_collator=None, model=IdxModel())
     assert our_epochs(loader, 2) == [[0, 1], [2, 3]] * 2
 
@@ -205,8 +203,8 @@ def test_sequential_strategy_and_drop_last(tmp_path):
 
 
 @pytest.mark.parametrize("even_batches", [True, False])
-def test_two_process_dealing_matches_accelerate(tmp_path, even_batches):
-    args = make_args(tmp_path, seed=42, accelerator_config={"even_batches": even_batches})
+def test_two_process_dealing_matches_accelerate(make_args, even_batches):
+    args = make_args(seed=42, accelerator_config={"even_batches": even_batches})
     spec = {
         0: [[2, 6], [4, 5], [3, 7], [8, 4], [5, 1], [2, 3]],
         1: [[1, 8], [0, 9], [2, 6], [9, 0], [6, 7], [8, 4]],
@@ -239,8 +237,8 @@ def test_two_process_dealing_matches_accelerate(tmp_path, even_batches):
             assert len(our_batches) == (6 if rank == 0 else 4)
 
 
-def test_two_process_eval_is_sequential_batches_dealt_with_padding(tmp_path):
-    args = make_args(tmp_path)
+def test_two_process_eval_is_sequential_batches_dealt_with_padding(make_args):
+    args = make_args()
     items = idx_items(5)
     for rank in (0, 1):
         ours = build_eval_dataloader(
@@ -271,11 +269,11 @@ def collect_idx(features):
     return [f["idx"] for f in features]
 
 
-def test_group_by_length_matches_reference_sampler_and_trainer(tmp_path):
+def test_group_by_length_matches_reference_sampler_and_trainer(make_args):
     items = length_items(40)
     lengths = [len(item["input_ids"]) for item in items]
     args = make_args(
-        tmp_path, seed=42, gradient_accumulation_steps=2, train_sampling_strategy="group_by_length"
+        seed=42, gradient_accumulation_steps=2, train_sampling_strategy="group_by_length"
     )
 
     expected = []
@@ -294,7 +292,7 @@ def test_group_by_length_matches_reference_sampler_and_trainer(tmp_path):
 
 
 @pytest.mark.parametrize("remove_unused_columns", [True, False])
-def test_length_column_is_read_after_column_removal_like_reference(tmp_path, remove_unused_columns):
+def test_length_column_is_read_after_column_removal_like_reference(make_args, remove_unused_columns):
     # `length` is not a forward argument: with column removal the reference drops it before reading it.
     items = length_items(24, seed=3)
     table = {
@@ -304,7 +302,6 @@ def test_length_column_is_read_after_column_removal_like_reference(tmp_path, rem
     }
     dataset = datasets.Dataset.from_dict(table)
     args = make_args(
-        tmp_path,
         seed=42,
         train_sampling_strategy="group_by_length",
         remove_unused_columns=remove_unused_columns,
@@ -317,10 +314,10 @@ def test_length_column_is_read_after_column_removal_like_reference(tmp_path, rem
     assert dataset.column_names == ["idx", "input_ids", "length"]  # the stored dataset keeps its columns
 
 
-def test_group_by_length_eval_quirk_matches_reference(tmp_path):
+def test_group_by_length_eval_quirk_matches_reference(make_args):
     items = length_items(30, seed=1)
     args = make_args(
-        tmp_path, seed=11, train_sampling_strategy="group_by_length", per_device_eval_batch_size=3
+        seed=11, train_sampling_strategy="group_by_length", per_device_eval_batch_size=3
     )
     trainer = Trainer(model=IdxModel(), args=args, eval_dataset=items, data_collator=collect_idx)
     ref = ref_epochs(trainer.get_eval_dataloader(), 1)
@@ -330,11 +327,10 @@ def test_group_by_length_eval_quirk_matches_reference(tmp_path):
     assert [i for batch in ours for i in batch] == expected
 
 
-def test_batch_rebalance_ignores_seeds_and_matches_reference(tmp_path):
+def test_batch_rebalance_ignores_seeds_and_matches_reference(make_args):
     items = length_items(37, seed=2)
     lengths = [len(item["input_ids"]) for item in items]
     args = make_args(
-        tmp_path,
         seed=7,
         data_seed=9,
         gradient_accumulation_steps=2,
@@ -358,11 +354,11 @@ def test_batch_rebalance_ignores_seeds_and_matches_reference(tmp_path):
     assert ref_epochs(trainer.get_train_dataloader(), 2) == expected
 
 
-def test_batch_rebalance_is_not_resharded_across_processes(tmp_path):
+def test_batch_rebalance_is_not_resharded_across_processes(make_args):
     items = length_items(40, seed=4)
     lengths = [len(item["input_ids"]) for item in items]
     args = make_args(
-        tmp_path, seed=42, train_sampling_strategy="batch_rebalance", gradient_accumulation_steps=2
+        seed=42, train_sampling_strategy="batch_rebalance", gradient_accumulation_steps=2
     )
     for rank in (0, 1):
         ours = build_train_dataloader(
@@ -389,10 +385,10 @@ def column_table(n: int = 6) -> dict:
     }
 
 
-def test_unused_columns_removed_like_reference(tmp_path, tiny_bert):
+def test_unused_columns_removed_like_reference(make_args, tiny_bert):
     table = column_table()
     dataset = datasets.Dataset.from_dict(table)
-    args = make_args(tmp_path, train_sampling_strategy="sequential")
+    args = make_args(train_sampling_strategy="sequential")
     ref_batch = next(iter(Trainer(model=tiny_bert, args=args, train_dataset=dataset).get_train_dataloader()))
     ours = build_train_dataloader(dataset, args=args, data_collator=None, model=tiny_bert)
     our_batch = next(iter(ours))
@@ -408,31 +404,31 @@ def test_unused_columns_removed_like_reference(tmp_path, tiny_bert):
         assert torch.equal(dict_batch[key], ref_batch[key])
 
 
-def test_nothing_matching_the_signature_raises(tmp_path, tiny_bert):
+def test_nothing_matching_the_signature_raises(make_args, tiny_bert):
     dataset = datasets.Dataset.from_dict({"foo": [1, 2], "bar": [3, 4]})
-    args = make_args(tmp_path)
+    args = make_args()
     with pytest.raises(ValueError, match="No columns in the dataset match"):
         Trainer(model=tiny_bert, args=args, train_dataset=dataset).get_train_dataloader()
     with pytest.raises(ValueError, match=r"No columns in the dataset match.*\(input_ids, attention_mask"):
         build_train_dataloader(dataset, args=args, data_collator=None, model=tiny_bert)
 
 
-def test_remove_unused_columns_false_keeps_everything(tmp_path, tiny_bert):
+def test_remove_unused_columns_false_keeps_everything(make_args, tiny_bert):
     dataset = datasets.Dataset.from_dict({"input_ids": [[1, 2]] * 2, "idx": [0, 1], "label": [0, 1]})
-    args = make_args(tmp_path, remove_unused_columns=False, train_sampling_strategy="sequential")
+    args = make_args(remove_unused_columns=False, train_sampling_strategy="sequential")
     batch = next(iter(build_train_dataloader(dataset, args=args, data_collator=None, model=tiny_bert)))
     assert set(batch) == {"labels", "input_ids", "idx"}
 
 
-def test_signature_columns_match_reference(tmp_path, tiny_bert):
-    trainer = Trainer(model=tiny_bert, args=make_args(tmp_path))
+def test_signature_columns_match_reference(make_args, tiny_bert):
+    trainer = Trainer(model=tiny_bert, args=make_args())
     trainer._set_signature_columns_if_needed()
     ours = signature_columns(tiny_bert, infer_label_names(tiny_bert))
     assert sorted(ours) == sorted(trainer._signature_columns)
     assert ours[: len(ours) - 2] == trainer._signature_columns[: len(ours) - 2]
 
 
-def test_label_names_and_loss_flags_match_reference(tmp_path):
+def test_label_names_and_loss_flags_match_reference(make_args):
     torch.manual_seed(0)
     sequence = BertForSequenceClassification(tiny_bert_config())
     qa = BertForQuestionAnswering(tiny_bert_config())
@@ -451,7 +447,7 @@ def test_label_names_and_loss_flags_match_reference(tmp_path):
         accepts_loss_kwargs = False
 
     for model in (sequence, qa, Plain(), WithKwargs(), Declares()):
-        trainer = Trainer(model=model, args=make_args(tmp_path))
+        trainer = Trainer(model=model, args=make_args())
         assert infer_label_names(model) == trainer.label_names
         assert model_accepts_loss_kwargs(model) == trainer.model_accepts_loss_kwargs
         assert can_return_loss(model) == trainer.can_return_loss == ref_can_return_loss(type(model))
@@ -474,8 +470,8 @@ class EpochIterable(IterableDataset):
         return iter([{"idx": i, "x": float(i)} for i in range(3)])
 
 
-def test_iterable_dataset_receives_epochs_like_reference(tmp_path):
-    args = make_args(tmp_path, per_device_train_batch_size=1, max_steps=7)
+def test_iterable_dataset_receives_epochs_like_reference(make_args):
+    args = make_args(per_device_train_batch_size=1, max_steps=7)
     ref_dataset = EpochIterable()
     Trainer(model=IdxModel(), args=args, train_dataset=ref_dataset).train()
 
@@ -493,12 +489,12 @@ def test_iterable_dataset_receives_epochs_like_reference(tmp_path):
     assert ours.calls == ref_dataset.calls == [0, 0, 1, 1, 2, 2]
 
 
-def test_iterable_dataset_with_several_processes_is_refused(tmp_path):
+def test_iterable_dataset_with_several_processes_is_refused(make_args):
     with pytest.raises(ValueError, match="IterableDataset with world_size > 1"):
         build_train_dataloader(
-            EpochIterable(), args=make_args(tmp_path), data_collator=None, model=IdxModel(), world_size=2
+            EpochIterable(), args=make_args(), data_collator=None, model=IdxModel(), world_size=2
         )
-    args = make_args(tmp_path, accelerator_config={"dispatch_batches": True})
+    args = make_args(accelerator_config={"dispatch_batches": True})
     with pytest.raises(ValueError, match="dispatch_batches=True"):
         build_train_dataloader(idx_items(4), args=args, data_collator=None, model=IdxModel(), world_size=2)
 
@@ -506,9 +502,8 @@ def test_iterable_dataset_with_several_processes_is_refused(tmp_path):
 # ---- R3.8: DataLoader arguments and worker seeding ---------------------------------------------------------
 
 
-def test_dataloader_arguments_match_reference(tmp_path):
+def test_dataloader_arguments_match_reference(make_args):
     args = make_args(
-        tmp_path,
         dataloader_num_workers=2,
         dataloader_prefetch_factor=3,
         dataloader_persistent_workers=True,
@@ -547,9 +542,8 @@ class NumpyDraws(torch.utils.data.Dataset):
         return {"idx": index, "value": float(np.random.rand()), "worker": worker.id}
 
 
-def test_workers_are_seeded_like_reference(tmp_path):
+def test_workers_are_seeded_like_reference(make_args):
     args = make_args(
-        tmp_path,
         seed=42,
         dataloader_num_workers=2,
         train_sampling_strategy="sequential",
@@ -593,8 +587,8 @@ class Unsized(torch.utils.data.Dataset):
         return {"idx": index}
 
 
-def test_num_examples_matches_reference(tmp_path):
-    args = make_args(tmp_path, per_device_train_batch_size=4)
+def test_num_examples_matches_reference(make_args):
+    args = make_args(per_device_train_batch_size=4)
     trainer = Trainer(model=IdxModel(), args=args)
     sized = DataLoader(idx_items(10), batch_size=3)
     unsized = DataLoader(Unsized(), batch_sampler=[[0, 1], [2, 3], [4]])
@@ -603,11 +597,11 @@ def test_num_examples_matches_reference(tmp_path):
     assert num_examples(sized, 4) == 10 and num_examples(unsized, 4) == 12
 
 
-def test_missing_dataset_raises(tmp_path):
+def test_missing_dataset_raises(make_args):
     with pytest.raises(ValueError, match="requires a train_dataset"):
-        build_train_dataloader(None, args=make_args(tmp_path), data_collator=None, model=IdxModel())
+        build_train_dataloader(None, args=make_args(), data_collator=None, model=IdxModel())
     with pytest.raises(ValueError, match="requires an eval_dataset"):
-        build_eval_dataloader(None, args=make_args(tmp_path), data_collator=None, model=IdxModel())
+        build_eval_dataloader(None, args=make_args(), data_collator=None, model=IdxModel())
 
 
 def test_worker_init_is_picklable():

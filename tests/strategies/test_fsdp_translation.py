@@ -1,7 +1,7 @@
 """FSDP arguments -> Lightning strategies (R7.2), checked against the reference: transformers' normalised
 `fsdp_plugin_args`, and accelerate's `FullyShardedDataParallelPlugin` built from them (wrap decisions, sharding,
 offload, prefetch, state dict type, mixed precision). No process group: the strategies are built, not run
-(tests/test_fsdp_cpu.py runs them)."""
+(tests/strategies/test_fsdp_cpu.py runs them)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from hf_lightning.cli.embedded import (
 )
 from tests.no_transformers import BLOCK_TRANSFORMERS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import torch
 import hf_lightning.strategies.launch as device_launch
 from hf_lightning.args.training_args import TrainingArguments
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "distributed" / "device_launch_script.py"
 _LAUNCHER_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 

@@ -1,6 +1,6 @@
-"""Worker for tests/test_distributed_eval.py: evaluate() / predict() before any training, on every rank.
+"""Worker for tests/evaluation/test_distributed_eval.py: evaluate() / predict() before any training, on every rank.
 
-Run as `python -m torch.distributed.run --nproc_per_node=2 tests/distributed_eval_script.py <side> <out_dir>`
+Run as `python -m torch.distributed.run --nproc_per_node=2 tests/distributed/eval_script.py <side> <out_dir>`
 with side `ours` (hf_lightning) or `reference` (transformers). Each rank pickles what it got to
 `<out_dir>/<side>_rank<R>.pkl`: metrics, predictions and labels of `Trainer` and `Seq2SeqTrainer`, and the
 dataset indices it read. The model and data are also imported by the test for the single-process run.
@@ -135,7 +135,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from tests.distributed.teardown import end_worker
 
     main()

@@ -1,6 +1,6 @@
 """DeepSpeed engine checkpoints are checked before the engine unpickles them without weights_only.
 
-Real engine checkpoints (ZeRO-1/2/3) pass the same check in tests/test_deepspeed_strategy.py, whose resumes
+Real engine checkpoints (ZeRO-1/2/3) pass the same check in tests/strategies/test_deepspeed_strategy.py, whose resumes
 and best-model loads go through it."""
 
 from __future__ import annotations

@@ -17,10 +17,6 @@ class Unsized(IterableDataset):
         yield from regression_data(4).items
 
 
-def _args(cls, tmp_path, **kwargs):
-    return cls(output_dir=str(tmp_path), use_cpu=True, report_to="none", **kwargs)
-
-
 def _cases():
     def mlp():
         return make_regression_mlp()
@@ -49,19 +45,19 @@ def _cases():
 
 
 @pytest.mark.parametrize("name,error,arg_kwargs,trainer_kwargs", _cases(), ids=[c[0] for c in _cases()])
-def test_constructor_errors_match_reference(tmp_path, name, error, arg_kwargs, trainer_kwargs):
+def test_constructor_errors_match_reference(make_args, name, error, arg_kwargs, trainer_kwargs):
     import transformers
 
     from hf_lightning import TrainingArguments
     from hf_lightning.engine.trainer import HFLightningTrainer
 
     with pytest.raises(error):
-        transformers.Trainer(args=_args(transformers.TrainingArguments, tmp_path, **arg_kwargs), **trainer_kwargs(make_regression_mlp()))
+        transformers.Trainer(args=make_args(transformers.TrainingArguments, **arg_kwargs), **trainer_kwargs(make_regression_mlp()))
     with pytest.raises(error):
-        HFLightningTrainer(args=_args(TrainingArguments, tmp_path, **arg_kwargs), **trainer_kwargs(make_regression_mlp()))
+        HFLightningTrainer(args=make_args(TrainingArguments, **arg_kwargs), **trainer_kwargs(make_regression_mlp()))
 
 
-def test_bad_collator_is_a_type_error(tmp_path):
+def test_bad_collator_is_a_type_error(make_args):
     from hf_lightning import TrainingArguments
     from hf_lightning.engine.trainer import HFLightningTrainer
 
@@ -70,23 +66,20 @@ def test_bad_collator_is_a_type_error(tmp_path):
             return features
 
     with pytest.raises(TypeError):
-        HFLightningTrainer(model=make_regression_mlp(), args=_args(TrainingArguments, tmp_path), data_collator=OldCollator())
+        HFLightningTrainer(model=make_regression_mlp(), args=make_args(TrainingArguments), data_collator=OldCollator())
 
 
-def test_refused_field_fails_at_construction_naming_the_field(tmp_path):
+def test_refused_field_fails_at_construction_naming_the_field(make_args):
     from hf_lightning import TrainingArguments
     from hf_lightning.engine.trainer import HFLightningTrainer
 
+    args = make_args(TrainingArguments, push_to_hub=True, hub_model_id="me/model")
     with pytest.raises(ValueError, match="push_to_hub"):
-        HFLightningTrainer(
-            model=make_regression_mlp(),
-            args=_args(TrainingArguments, tmp_path, push_to_hub=True, hub_model_id="me/model"),
-            train_dataset=regression_data(4),
-        )
-    assert not (tmp_path / "checkpoint-1").exists()
+        HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(4))
+    assert not os.path.exists(os.path.join(args.output_dir, "checkpoint-1"))
 
 
-def test_full_determinism_sets_environment_and_algorithms(tmp_path, monkeypatch):
+def test_full_determinism_sets_environment_and_algorithms(make_args, monkeypatch):
     from hf_lightning import TrainingArguments
     from hf_lightning.engine.trainer import HFLightningTrainer
 
@@ -94,7 +87,7 @@ def test_full_determinism_sets_environment_and_algorithms(tmp_path, monkeypatch)
     for name in names:
         monkeypatch.delenv(name, raising=False)
     try:
-        HFLightningTrainer(model=make_regression_mlp(), args=_args(TrainingArguments, tmp_path, full_determinism=True))
+        HFLightningTrainer(model=make_regression_mlp(), args=make_args(TrainingArguments, full_determinism=True))
         assert torch.are_deterministic_algorithms_enabled()
         assert all(name in os.environ for name in names)
         assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
@@ -102,13 +95,13 @@ def test_full_determinism_sets_environment_and_algorithms(tmp_path, monkeypatch)
         torch.use_deterministic_algorithms(False)
 
 
-def test_printer_callback_drops_total_flos_from_metrics_quirk(tmp_path):
+def test_printer_callback_drops_total_flos_from_metrics_quirk(make_args):
     """R6.6 quirk: with disable_tqdm=True the printer pops total_flos from TrainOutput.metrics only."""
     from hf_lightning import TrainingArguments
     from hf_lightning.engine.trainer import HFLightningTrainer
 
     for disable_tqdm, expected in ((True, False), (False, True)):
-        args = _args(TrainingArguments, tmp_path, disable_tqdm=disable_tqdm, save_strategy="no", max_steps=2)
+        args = make_args(TrainingArguments, disable_tqdm=disable_tqdm, save_strategy="no", max_steps=2)
         trainer = HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
         output = trainer.train()
         assert ("total_flos" in output.metrics) is expected
