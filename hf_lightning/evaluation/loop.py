@@ -453,7 +453,9 @@ class EvaluationMixin:
     def _prepare_distributed_evaluation(self, dataloader: Any) -> None:
         """Create the process group when launched with several processes (evaluate() may precede train())."""
         if distributed.ensure_process_group(self.args):
-            distributed.check_even_eval_shards(self.args, getattr(dataloader, "dataset", None))
+            distributed.check_even_eval_shards(
+                self.args, getattr(dataloader, "dataset", None), settings=self.plan.module
+            )
 
     def _report_evaluation_to_hp_search(self, trial: Any, metrics: dict[str, float]) -> None:
         """Hand the evaluation metrics to the HP-search trial, through the facade's `_report_to_hp_search`."""
@@ -506,9 +508,7 @@ class EvaluationMixin:
         """
         if not getattr(self, "is_deepspeed_enabled", False) or getattr(self, "deepspeed", None) is not None:
             return
-        from hf_lightning.strategies.deepspeed.config import zero_stage
-
-        stage = zero_stage(self.plan.strategy["kwargs"]["config"])
+        stage = self.plan.strategy.deepspeed.zero_stage
         if stage != 3:
             raise ValueError(
                 "ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your config "

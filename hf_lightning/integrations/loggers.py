@@ -36,8 +36,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+# Re-exported: the environment snapshot owns them, the logger specs read what they capture.
+from hf_lightning.translation.environment import LOGGER_ENV_VARS as LOGGER_ENV_VARS
+from hf_lightning.translation.environment import installed_logger_backends as installed_logger_backends
+
 if TYPE_CHECKING:
-    from hf_lightning.translation.translate import Environment, Plan
+    from hf_lightning.translation.environment import Environment
+    from hf_lightning.translation.plan import Plan
 
 logger = logging.getLogger(__name__)
 
@@ -69,23 +74,6 @@ LOGGER_PACKAGES = {
     "wandb": ("wandb", "pip install wandb"),
     "comet_ml": ("comet_ml", "pip install comet-ml"),
 }
-# Non-secret environment variables the specs read (captured by `Environment.detect`).
-LOGGER_ENV_VARS = (
-    "TENSORBOARD_LOGGING_DIR",
-    "MLFLOW_TRACKING_URI",
-    "MLFLOW_EXPERIMENT_NAME",
-    "MLFLOW_TAGS",
-    "MLFLOW_RUN_ID",
-    "MLFLOW_NESTED_RUN",
-    "HF_MLFLOW_LOG_ARTIFACTS",
-    "WANDB_MODE",
-    "WANDB_PROJECT",
-    "WANDB_DIR",
-    "WANDB_LOG_MODEL",
-    "WANDB_WATCH",
-    "COMET_PROJECT_NAME",
-    "COMET_MODE",
-)
 # `wandb.init(mode=...)` values (wandb 0.19+; "dryrun" and "run" are its older spellings).
 WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")
 _FALSY = ("", "false", "0", "no", "off")
@@ -346,20 +334,6 @@ def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
         else:
             rewritten["train/" + key] = value
     return rewritten
-
-
-def installed_logger_backends(find_spec: Any = None) -> frozenset[str]:
-    """Which logger backends are importable (used by `Environment.detect`)."""
-    import importlib.util
-
-    find = find_spec or importlib.util.find_spec
-    found = set()
-    if find("tensorboard") is not None or find("tensorboardX") is not None:
-        found.add("tensorboard")
-    for name in ("mlflow", "wandb", "comet_ml", "neptune"):
-        if find(name) is not None:
-            found.add(name)
-    return frozenset(found)
 
 
 def publish_logs(lightning_trainer: Any, logs: Mapping[str, Any], step: int, *, outside_fit: bool) -> None:

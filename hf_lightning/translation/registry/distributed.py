@@ -7,6 +7,7 @@ import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from hf_lightning.translation.plan import DeepSpeedDetails, FSDPDetails
 from hf_lightning.translation.registry.core import (
     Context,
     Decision,
@@ -18,7 +19,7 @@ from hf_lightning.translation.registry.core import (
 )
 
 if TYPE_CHECKING:
-    from hf_lightning.translation.translate import Environment
+    from hf_lightning.translation.environment import Environment
 
 
 def _load_json_config(value: Any) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def _ddp_find_unused_parameters(field: str, value: Any, ctx: Context) -> Decisio
             "for a transformers model, True for a plain nn.Module (translate.resolve_ddp_kwargs)"
         )
     return honoured(
-        f"DDPStrategy(find_unused_parameters={value})", strategy_kwargs={"find_unused_parameters": value}
+        f"DDPStrategy(find_unused_parameters={value})", strategy={"find_unused_parameters": value}
     )
 
 
@@ -76,7 +77,7 @@ def _ddp_option(lightning_name: str) -> Any:
             return _not_ddp(ctx)
         if value is None:
             return honoured("DDP default (not passed, as in the reference)")
-        return honoured(f"DDPStrategy({lightning_name}={value!r})", strategy_kwargs={lightning_name: value})
+        return honoured(f"DDPStrategy({lightning_name}={value!r})", strategy={lightning_name: value})
 
     return handler
 
@@ -88,7 +89,7 @@ def _ddp_backend(field: str, value: Any, ctx: Context) -> Decision:
         return honoured("Lightning's default process-group backend (nccl on CUDA, gloo on CPU)")
     return honoured(
         f"{ctx.strategy_name} strategy process_group_backend={value!r}",
-        strategy_kwargs={"process_group_backend": value},
+        strategy={"process_group_backend": value},
     )
 
 
@@ -97,7 +98,7 @@ def _ddp_timeout(field: str, value: Any, ctx: Context) -> Decision:
         return not_applicable("one process: no process group")
     return honoured(
         f"{ctx.strategy_name} strategy timeout=timedelta(seconds={value})",
-        strategy_kwargs={"timeout": timedelta(seconds=value)},
+        strategy={"timeout": timedelta(seconds=value)},
     )
 
 
@@ -246,13 +247,15 @@ def _fsdp(field: str, value: Any, ctx: Context) -> Decision:
     refusal = _fsdp_refusal(ctx, plugin)
     if refusal:
         return refused(refusal)
-    details = {"fsdp_version": plugin["fsdp_version"], "fsdp_config": config, "plugin_args": plugin}
+    details = FSDPDetails(
+        version=plugin["fsdp_version"], plugin_args=plugin, state_dict_type=plugin["state_dict_type"]
+    )
     where = "" if ctx.accelerator == "gpu" else " on CPU with gloo (the reference silently runs DDP there)"
     if plugin["fsdp_version"] == 2:
         how = "ModelParallelStrategy with fully_shard per wrapped layer (FSDP2), built by hf_lightning.strategies.fsdp.policies"
     else:
         how = "FSDPStrategy wrapping the model (FSDP1, deprecated), built by hf_lightning.strategies.fsdp.policies"
-    return honoured(how + where, strategy_details=details)
+    return honoured(how + where, strategy={"fsdp": details})
 
 
 def _fsdp_config(field: str, value: Any, ctx: Context) -> Decision:
@@ -321,8 +324,9 @@ def _deepspeed(field: str, value: Any, ctx: Context) -> Decision:
         f"HFDeepSpeedStrategy (hf_lightning.strategies.deepspeed.strategy): the engine wraps the model, ZeRO stage "
         f"{max(stage, 0)}{', offload' if is_offload(config) else ''}; optimizer from {optimizer}, schedule from "
         f"{scheduler}; 'auto' values filled from the arguments (R7.1), train-start ones at train(){pending}",
-        strategy_kwargs={"config": config},
-        strategy_details={"mismatches": resolved.mismatches, "zero_stage": stage, "offload": is_offload(config)},
+        strategy={
+            "deepspeed": DeepSpeedDetails(config=config, mismatches=tuple(resolved.mismatches), zero_stage=stage)
+        },
     )
 
 

@@ -23,12 +23,12 @@ def _full_determinism(field: str, value: Any, ctx: Context) -> Decision:
     if not value:
         return honoured(
             "facade: plain seeding (set_seed); Lightning's deterministic / benchmark left unset",
-            trainer_kwargs={"deterministic": None, "benchmark": None},
+            lightning={"deterministic": None, "benchmark": None},
         )
     return honoured(
         "facade: enable_full_determinism(seed) (env vars, deterministic algorithms, cuDNN); "
         "Lightning deterministic=True, benchmark=False",
-        trainer_kwargs={"deterministic": True, "benchmark": False},
+        lightning={"deterministic": True, "benchmark": False},
     )
 
 
@@ -58,7 +58,7 @@ def _use_cpu(field: str, value: Any, ctx: Context) -> Decision:
     reason = " (use_cpu=True)" if value else ""
     return honoured(
         f"Lightning accelerator={ctx.accelerator!r}, devices={devices}, num_nodes={env.num_nodes}: {where}{reason}",
-        trainer_kwargs=kwargs,
+        lightning=kwargs,
     )
 
 
@@ -88,7 +88,6 @@ def _accelerator_config(field: str, value: Any, ctx: Context) -> Decision:
         "dispatch_batches": config.get("dispatch_batches"),
         "even_batches": bool(config.get("even_batches", True)),
         "use_seedable_sampler": bool(config.get("use_seedable_sampler", True)),
-        "non_blocking": bool(config.get("non_blocking", False)),
         "sync_each_batch": bool(accumulation.get("sync_each_batch", False)),
     }
     if accumulation.get("num_steps") is not None and ctx.get("gradient_accumulation_steps") != 1:
@@ -99,7 +98,7 @@ def _accelerator_config(field: str, value: Any, ctx: Context) -> Decision:
     return honoured(
         "samplers.py / data.py: batch sharding and sampler options (R7.4); HFLightningModule: "
         "sync_each_batch (num_steps: see gradient_accumulation_steps)",
-        module_settings={"accelerator_config": settings},
+        module=settings,
     )
 
 
