@@ -16,7 +16,8 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.strategies import DDPStrategy
 
 from hf_lightning.integrations.loggers import build_loggers, default_logdir, rewrite_logs
-from hf_lightning.strategies.build import build_strategy, process_group_kwargs, resolve_ddp_kwargs
+from hf_lightning.strategies.build import build_strategy, resolve_ddp_kwargs
+from hf_lightning.strategies.process_group import process_group_kwargs
 from hf_lightning.translation.registry import features
 from hf_lightning.translation.registry.core import STATUSES
 from hf_lightning.translation.registry.distributed import fsdp_config

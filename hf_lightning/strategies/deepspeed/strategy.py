@@ -41,6 +41,7 @@ from hf_lightning.strategies.deepspeed.config import (
     finalize_deepspeed_config,
 )
 from hf_lightning.strategies.deepspeed.safe_load import verify_engine_checkpoint
+from hf_lightning.strategies.process_group import process_group_kwargs
 
 if TYPE_CHECKING:
     from hf_lightning.translation.plan import Plan
@@ -397,8 +398,6 @@ def build_deepspeed_strategy(
     `setup`, from the facade), so mismatches and missing hidden sizes raise before any step."""
     if plan.strategy is None or plan.strategy.deepspeed is None:
         raise ValueError("the plan does not use DeepSpeed")
-    from hf_lightning.strategies.build import process_group_kwargs
-
     details = plan.strategy.deepspeed
     resolved = ResolvedDeepSpeedConfig(copy.deepcopy(dict(details.config)), list(details.mismatches))
     strategy = HFDeepSpeedStrategy(resolved, **process_group_kwargs(plan.strategy))

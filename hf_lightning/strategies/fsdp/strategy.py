@@ -13,7 +13,6 @@ from lightning.pytorch.plugins.precision import FSDPPrecision
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, Strategy
 from torch import nn
 
-from hf_lightning.strategies.build import process_group_kwargs
 from hf_lightning.strategies.fsdp.policies import (
     _SHARDING_STRATEGIES,
     _children_bottom_up,
@@ -24,6 +23,7 @@ from hf_lightning.strategies.fsdp.policies import (
     is_fsdp_plan,
     mixed_precision_dtype,
 )
+from hf_lightning.strategies.process_group import process_group_kwargs
 
 
 @functools.cache
