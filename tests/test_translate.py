@@ -317,7 +317,6 @@ def test_fsdp_on_cpu_runs_under_a_launch(make_args):
 
 
 def test_fsdp2_is_described_once_the_feature_lands(make_args, monkeypatch):
-    monkeypatch.setitem(features.FEATURES, "fsdp", (True, "FSDP"))
     env = Environment(
         cuda_available=True, cuda_device_count=2, world_size=2, local_world_size=2, is_distributed_launch=True
     )
@@ -332,7 +331,6 @@ def test_fsdp2_is_described_once_the_feature_lands(make_args, monkeypatch):
 
 
 def test_deepspeed_auto_values_are_filled_once_the_feature_lands(make_args, monkeypatch):
-    monkeypatch.setitem(features.FEATURES, "deepspeed", (True, "DeepSpeed"))
     env = Environment(cuda_available=True, cuda_device_count=1, installed_packages=frozenset({"deepspeed"}))
     config = {
         "zero_optimization": {"stage": 2},
@@ -409,21 +407,26 @@ def test_liger_kernel_is_honoured_when_installed(make_args):
 
 
 def test_features_flip_from_refused_to_honoured(make_args, monkeypatch):
-    args = make_args(eval_strategy="steps", eval_steps=10, per_device_eval_batch_size=4)
-    monkeypatch.setitem(features.FEATURES, "evaluation", (False, "evaluation"))
-    assert "eval_strategy=" in refusal(args)
-    monkeypatch.setitem(features.FEATURES, "evaluation", (True, "evaluation"))
+    args = override(make_args(), push_to_hub=True, hub_model_id="me/model")
+    assert "push_to_hub=" in refusal(args) and "hub_model_id=" in refusal(args)
+    monkeypatch.setitem(features.FEATURES, "hub", (True, features.FEATURES["hub"][1]))
     plan = translate(args, CPU)
+    assert plan.notes["push_to_hub"].status == "honoured"
+    assert plan.notes["hub_model_id"].status == "honoured"
+
+
+def test_evaluation_fields_are_honoured(make_args):
+    plan = translate(make_args(eval_strategy="steps", eval_steps=10, per_device_eval_batch_size=4), CPU)
     assert plan.notes["eval_strategy"].status == "honoured"
     assert plan.notes["eval_steps"].status == "honoured"
     assert plan.notes["per_device_eval_batch_size"].status == "honoured"
 
 
-def test_eval_only_fields_are_accepted_while_evaluation_has_not_landed(make_args, monkeypatch):
-    monkeypatch.setitem(features.FEATURES, "evaluation", (False, "evaluation"))
+def test_eval_only_fields_are_honoured_without_evaluation_during_training(make_args):
     plan = translate(make_args(per_device_eval_batch_size=32, eval_accumulation_steps=4), CPU)
-    assert plan.notes["per_device_eval_batch_size"].status == "not-applicable"
-    assert "evaluate()" in plan.notes["per_device_eval_batch_size"].how
+    assert plan.notes["per_device_eval_batch_size"].status == "honoured"
+    assert "eval / test dataloaders" in plan.notes["per_device_eval_batch_size"].how
+    assert plan.notes["eval_accumulation_steps"].status == "honoured"
 
 
 def test_hub_token_is_accepted_and_never_shown(make_args):

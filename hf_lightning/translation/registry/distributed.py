@@ -14,7 +14,6 @@ from hf_lightning.translation.registry.core import (
     FieldEntry,
     honoured,
     not_applicable,
-    not_landed_message,
     refused,
 )
 
@@ -208,8 +207,6 @@ def _fsdp_refusal(ctx: Context, plugin: dict[str, Any]) -> str | None:
         return "fsdp and deepspeed are both set (T5); choose one"
     if not ctx.env.is_distributed_launch:
         return "FSDP needs a distributed launch (T5): torchrun --nproc_per_node N your_script.py"
-    if not ctx.landed("fsdp"):
-        return not_landed_message("fsdp", "use DDP for now (launch with torchrun without fsdp)")
     if ctx.get("torch_compile"):
         return "torch_compile with FSDP is not supported yet by hf_lightning; set torch_compile=False"
     if plugin.get("activation_checkpointing") and ctx.get("activation_checkpointing"):
@@ -286,8 +283,6 @@ def _deepspeed_refusal(ctx: Context) -> str | None:
         )
     if "deepspeed" not in ctx.env.installed_packages:
         return "the deepspeed package is not installed: pip install hf-lightning[deepspeed]"
-    if not ctx.landed("deepspeed"):
-        return not_landed_message("deepspeed", "use DDP for now (launch with torchrun without deepspeed)")
     if ctx.get("save_only_model") and ctx.get("load_best_model_at_end"):
         return "DeepSpeed can't be used with `save_only_model` along with `load_best_model_at_end`; drop one of them"
     if ctx.get("torch_compile"):
@@ -344,7 +339,7 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry("ddp_static_graph", None, _ddp_option("static_graph"), "DDPStrategy `static_graph`"),
     FieldEntry("ddp_backend", None, _ddp_backend, "strategy `process_group_backend`"),
     FieldEntry("ddp_timeout", 1800, _ddp_timeout, "strategy `timeout`"),
-    FieldEntry("fsdp", None, _fsdp, "FSDP strategies (needs a launcher; CUDA GPUs or CPU)", feature="fsdp"),
-    FieldEntry("fsdp_config", None, _fsdp_config, "FSDP options", feature="fsdp"),
-    FieldEntry("deepspeed", None, _deepspeed, "DeepSpeedStrategy (needs CUDA)", feature="deepspeed"),
+    FieldEntry("fsdp", None, _fsdp, "FSDP strategies (needs a launcher; CUDA GPUs or CPU)"),
+    FieldEntry("fsdp_config", None, _fsdp_config, "FSDP options"),
+    FieldEntry("deepspeed", None, _deepspeed, "DeepSpeedStrategy (needs CUDA)"),
 ]

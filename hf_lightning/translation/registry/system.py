@@ -154,11 +154,7 @@ def _debug(field: str, value: Any, ctx: Context) -> Decision:
 def _skip_memory_metrics(field: str, value: Any, ctx: Context) -> Decision:
     if value:
         return honoured("no memory metrics")
-    if ctx.landed("memory_metrics"):
-        return honoured(
-            "memory.py: init/train/eval/test memory deltas added to the metrics (spec 2.13, R6.6)"
-        )
-    return refused("memory metrics have not landed in hf_lightning yet; set skip_memory_metrics=True")
+    return honoured("memory.py: init/train/eval/test memory deltas added to the metrics (spec 2.13, R6.6)")
 
 
 _SCRIPT_FLAG = "script flag: read by your script, not by the trainer (as in the reference)"
@@ -250,7 +246,6 @@ TAIL_ENTRIES: list[FieldEntry] = [
         True,
         _skip_memory_metrics,
         "`False`: the reference's memory keys (psutil, hf_lightning/engine/memory.py)",
-        feature="memory_metrics",
     ),
     FieldEntry("do_train", False, script_flag(_SCRIPT_FLAG), "script flag (no effect, as in the reference)"),
     FieldEntry("do_eval", False, script_flag(_SCRIPT_FLAG), "script flag (no effect, as in the reference)"),

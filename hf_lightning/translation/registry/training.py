@@ -52,12 +52,7 @@ _METRIC_DRIVEN_SCHEDULES = ("reduce_lr_on_plateau", "greedy")
 
 def _lr_scheduler_type(field: str, value: Any, ctx: Context) -> Decision:
     if value in _METRIC_DRIVEN_SCHEDULES:
-        if ctx.landed("evaluation"):
-            return honoured("schedulers.py: stepped with metric_for_best_model after each evaluation")
-        return refused(
-            f"the {value!r} schedule is stepped with evaluation metrics, and evaluation has not landed in "
-            "hf_lightning yet; use a step-based schedule such as 'linear' or 'cosine' for now"
-        )
+        return honoured("schedulers.py: stepped with metric_for_best_model after each evaluation")
     return honoured(
         "schedulers.py: stepped by the LightningModule after each optimizer update "
         "(not after an fp16 step the scaler skipped)"
@@ -180,11 +175,9 @@ def _fp16(field: str, value: Any, ctx: Context) -> Decision:
 
 
 def _full_eval(field: str, value: Any, ctx: Context) -> Decision:
-    if ctx.landed("evaluation"):
-        if value:
-            return honoured("facade: evaluate()/predict() outside training cast the model in place")
-        return honoured("evaluation runs in the training dtype")
-    return not_applicable("used by evaluate()/predict(), which have not landed in hf_lightning yet")
+    if value:
+        return honoured("facade: evaluate()/predict() outside training cast the model in place")
+    return honoured("evaluation runs in the training dtype")
 
 
 def _tf32(field: str, value: Any, ctx: Context) -> Decision:
@@ -378,8 +371,8 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "fp16", False, _fp16, "Lightning `precision='16-mixed'` on GPU; `'32-true'` on CPU, as the reference"
     ),
-    FieldEntry("bf16_full_eval", False, _full_eval, "bf16 evaluation outside training", feature="evaluation"),
-    FieldEntry("fp16_full_eval", False, _full_eval, "fp16 evaluation outside training", feature="evaluation"),
+    FieldEntry("bf16_full_eval", False, _full_eval, "bf16 evaluation outside training"),
+    FieldEntry("fp16_full_eval", False, _full_eval, "fp16 evaluation outside training"),
     FieldEntry("tf32", None, _tf32, "TF32 matmul mode (refused without a CUDA GPU)"),
     FieldEntry(
         "activation_checkpointing",
