@@ -213,7 +213,7 @@ class HFLightningModule(pl.LightningModule):
         """The reference's forward autocast, unless the strategy owns mixed precision (FSDP2, as accelerate)."""
         if getattr(self.trainer.strategy, "owns_forward_precision", False):
             return contextlib.nullcontext()
-        return forward_autocast(self.facade.model, self.facade.args)
+        return forward_autocast(self.facade.model, self.facade.args, self.facade.plan.module)
 
     def _optimizer_update(self, micro_batch_index: int) -> None:
         facade = self.facade

@@ -19,7 +19,7 @@ from torch import nn
 
 import hf_lightning.strategies.distributed as distributed
 from hf_lightning.engine.outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
-from hf_lightning.engine.precision import forward_autocast_dtype
+from hf_lightning.engine.precision import planned_autocast_dtype
 from hf_lightning.evaluation.helpers import (
     EvalLoopContainer,
     autocast_forward,
@@ -497,7 +497,7 @@ class EvaluationMixin:
         """
         if getattr(self, "is_deepspeed_enabled", False) or is_fsdp2_model(self.model):
             return None
-        return forward_autocast_dtype(self.args)
+        return planned_autocast_dtype(self.plan.module)
 
     def _check_deepspeed_evaluation_before_train(self) -> None:
         """evaluate / predict under DeepSpeed before any `train()` built the engine (`self.deepspeed is None`).

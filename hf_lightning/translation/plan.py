@@ -39,6 +39,8 @@ class ModuleSettings:
 
     # Micro-batches per update: gradient_accumulation_steps, or accelerator_config's num_steps when it is 1.
     gradient_accumulation_steps: int = 1
+    # "bf16" | "fp16": the dtype the model's forward autocasts to (not the whole step); None: full precision.
+    forward_autocast: str | None = None
     max_grad_norm: float | None = 1.0
     label_smoothing_factor: float = 0.0
     average_tokens_across_devices: bool = True

@@ -152,6 +152,7 @@ def _bf16(field: str, value: Any, ctx: Context) -> Decision:
         "bf16 autocast around the model's forward only, outputs cast to float32 (R7.6); Lightning runs "
         "'32-true' since its 'bf16-mixed' would autocast the whole step (precision.py)",
         lightning={"precision": "bf16-mixed"},
+        module={"forward_autocast": "bf16"},
     )
 
 
@@ -171,6 +172,7 @@ def _fp16(field: str, value: Any, ctx: Context) -> Decision:
         "gradient scaler without its step-wide autocast; the LR schedule does not step when the scaler "
         "skips an update (precision.py)",
         lightning={"precision": "16-mixed"},
+        module={"forward_autocast": "fp16"},
     )
 
 
