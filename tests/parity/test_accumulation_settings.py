@@ -27,6 +27,10 @@ def test_num_steps_sets_the_accumulation_window(tmp_path):
     assert_parity(result)
     assert result.ours.trainer.state.global_step == 4
     assert [entry["step"] for entry in result.ours.log_history[:-1]] == [1, 2, 3, 4]
+    # Documented divergence: the reference writes the window into its arguments, ours plan it.
+    assert result.reference.trainer.args.gradient_accumulation_steps == 2
+    assert result.ours.trainer.args.gradient_accumulation_steps == 1
+    assert result.ours.trainer.plan.module.gradient_accumulation_steps == 2
 
 
 def test_num_steps_changes_the_run_against_plain_arguments(tmp_path):
