@@ -1,4 +1,4 @@
-"""The `strategy=` value for `lightning.Trainer`, built from the plan's `StrategyPlan` and the user's model."""
+"""The `strategy=` value for `lightning.Trainer`, built from the plan's `StrategyPlan` and the model."""
 
 from __future__ import annotations
 

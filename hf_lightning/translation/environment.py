@@ -1,4 +1,4 @@
-"""`Environment`: the snapshot of the machine and the launcher that `translate` reads (it never looks itself)."""
+"""`Environment`: the snapshot of the machine and the launcher that `translate` reads."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ class ModuleSettings:
 
 @dataclass(frozen=True)
 class FSDPDetails:
-    """An FSDP run: the plugin arguments accelerate's FSDP plugin would receive, and the values read from them."""
+    """An FSDP run: the arguments accelerate's FSDP plugin would receive, and values read from them."""
 
     version: int  # 1: FSDPStrategy wrapper, 2: fully_shard
     plugin_args: Mapping[str, Any]
@@ -80,7 +80,7 @@ class DeepSpeedDetails:
 
 @dataclass(frozen=True)
 class StrategyPlan:
-    """The multi-process strategy: its name, process-group options, DDP options set explicitly, and details."""
+    """The multi-process strategy: name, process-group options, DDP options set explicitly, details."""
 
     name: str  # "ddp" | "fsdp" | "fsdp2" | "deepspeed"
     process_group_backend: str | None = None
@@ -149,5 +149,7 @@ class Plan:
     def warnings(self) -> list[str]:
         """Messages the trainer shows once, for fields accepted with a warning."""
         return [
-            f"{note.field}={note.value!r}: {note.how}" for note in self.notes.values() if note.status == WARNED
+            f"{note.field}={note.value!r}: {note.how}"
+            for note in self.notes.values()
+            if note.status == WARNED
         ]

@@ -1,5 +1,5 @@
-"""Arguments -> a typed `Plan` (`translation/plan.py`) for Lightning. `translate` is pure: no process group, no model,
-no side effects; it reads the arguments and an `Environment` snapshot only.
+"""Arguments -> a typed `Plan` (`translation/plan.py`) for Lightning. `translate` is pure: no process
+group, no model, no side effects; it reads the arguments and an `Environment` snapshot only.
 
 Every field of the arguments gets a `FieldNote` (honoured / refused / warned / not-applicable)
 from the registry in `hf_lightning.field_registry`; refusals raise one ValueError listing them.

@@ -1,4 +1,4 @@
-"""accelerator_config's gradient_accumulation_kwargs (num_steps, sync_each_batch) against transformers.Trainer.
+"""accelerator_config's gradient_accumulation_kwargs (num_steps, sync_each_batch) against the reference.
 
 Bar: equal global_step, log_history and final weights (as tests/parity/test_train_parity.py).
 """
@@ -22,7 +22,11 @@ def _accumulation(**kwargs) -> dict:
 def test_num_steps_sets_the_accumulation_window(tmp_path):
     # 32 samples, batch 4: 8 micro-batches, so 4 updates of 2 (8 would mean num_steps was ignored).
     result = run_parity(
-        make_regression_mlp(), regression_data(32), tmp_path, accelerator_config=_accumulation(num_steps=2), **ARGS
+        make_regression_mlp(),
+        regression_data(32),
+        tmp_path,
+        accelerator_config=_accumulation(num_steps=2),
+        **ARGS,
     )
     assert_parity(result)
     assert result.ours.trainer.state.global_step == 4
@@ -52,7 +56,7 @@ def test_sync_each_batch_trains_like_the_reference(tmp_path):
 
 
 class _NoSyncCounting(RegressionMLP):
-    """A model that records when the engine skips the gradient all-reduce (`no_sync`, as DDP's wrapper has)."""
+    """A model that records when the engine skips the gradient all-reduce (`no_sync`, as DDP's wrapper)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -91,7 +91,11 @@ def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 
 def test_no_translation_module_is_in_an_import_cycle():
-    cycles = [sorted(c) for c in _cycles(_import_graph()) if any(m.startswith("hf_lightning.translation") for m in c)]
+    cycles = [
+        sorted(c)
+        for c in _cycles(_import_graph())
+        if any(m.startswith("hf_lightning.translation") for m in c)
+    ]
     assert cycles == []
 
 

@@ -220,8 +220,14 @@ ENGINE_CONTRACT = {
 def test_every_lightning_kwarg_is_planned(plans):
     # Each field is filled by a handler, set by translate (it differs between the plans) or a contract value.
     filled = set().union(*(keys["lightning"] for _, keys in plans))
-    varies = {name for name in _field_names(LightningKwargs) if len({getattr(p.lightning, name) for p, _ in plans}) > 1}
-    assert [name for name in _field_names(LightningKwargs) if name not in filled | varies | ENGINE_CONTRACT] == []
+    varies = {
+        name
+        for name in _field_names(LightningKwargs)
+        if len({getattr(p.lightning, name) for p, _ in plans}) > 1
+    }
+    assert [
+        name for name in _field_names(LightningKwargs) if name not in filled | varies | ENGINE_CONTRACT
+    ] == []
     # The contract list stays honest: no planned field hides in it, and none of it varies.
     assert ENGINE_CONTRACT & (filled | varies) == set()
     assert ENGINE_CONTRACT <= set(_field_names(LightningKwargs))
