@@ -593,7 +593,7 @@ def test_translate_runs_without_transformers_or_accelerate():
         "import sys; sys.modules['transformers'] = None; sys.modules['accelerate'] = None\n"
         "from types import SimpleNamespace\n"
         "from hf_lightning.translation.translate import translate, explain, Environment\n"
-        "from hf_lightning.field_registry import TRAINING_ARGUMENTS_REGISTRY as R\n"
+        "from hf_lightning.translation.field_registry import TRAINING_ARGUMENTS_REGISTRY as R\n"
         "fields = {n: e.default for n, e in R.items()}\n"
         "fields.update(output_dir='o', report_to=['csv'], debug=[], use_cpu=True)\n"
         "plan = translate(SimpleNamespace(**fields), Environment())\n"
