@@ -24,13 +24,17 @@ class _ArgsForModelCard:
     """Our `TrainingArguments` as `TrainingSummary.from_trainer` reads them.
 
     Every attribute is ours, except `parallel_mode`: the reference compares it with its own (plain, non-str)
-    `ParallelMode` enum, which ours never equals, so it is handed the reference's member of the same value.
+    `ParallelMode` enum, which ours never equals, so it is handed the reference's member of the same value;
+    and `gradient_accumulation_steps`, the plan's window (accelerator_config's num_steps when that is set).
     """
 
-    def __init__(self, args: Any):
+    def __init__(self, args: Any, gradient_accumulation_steps: int):
         self._args = args
+        self._gradient_accumulation_steps = gradient_accumulation_steps
 
     def __getattr__(self, name: str) -> Any:
+        if name == "gradient_accumulation_steps":
+            return self._gradient_accumulation_steps
         value = getattr(self._args, name)
         if name == "parallel_mode":
             from transformers.training_args import ParallelMode
@@ -47,7 +51,7 @@ class _TrainerForModelCard:
         self.train_dataset = trainer.train_dataset
         self.eval_dataset = trainer.eval_dataset
         self.state = trainer.state
-        self.args = _ArgsForModelCard(trainer.args)
+        self.args = _ArgsForModelCard(trainer.args, trainer.plan.module.gradient_accumulation_steps)
 
 
 class ModelCardMixin:
@@ -152,8 +156,9 @@ def _minimal_model_card(trainer: Any, **summary: Any) -> str:
         "optimizer": enum_value(args.optim),
         "lr_scheduler_type": enum_value(args.lr_scheduler_type),
     }
-    if args.gradient_accumulation_steps > 1:
-        hyperparameters["gradient_accumulation_steps"] = args.gradient_accumulation_steps
+    accumulation = trainer.plan.module.gradient_accumulation_steps
+    if accumulation > 1:
+        hyperparameters["gradient_accumulation_steps"] = accumulation
     if args.max_steps != -1:
         hyperparameters["training_steps"] = args.max_steps
     else:

@@ -280,7 +280,7 @@ def restore_trainer_state(trainer: TrainerLike, values: Any) -> ResumePoint | No
     if not args.ignore_data_skip:
         point.steps_trained_in_current_epoch = (
             trainer.state.global_step % upe
-        ) * args.gradient_accumulation_steps
+        ) * trainer.plan.module.gradient_accumulation_steps
     logger.info(
         f"  Resuming training from checkpoint with epoch {point.epochs_trained} and global step "
         f"{trainer.state.global_step}"

@@ -18,13 +18,14 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler,
 
 from hf_lightning.data.collate import pick_default_collator
 from hf_lightning.data.model_inputs import (
-    accelerator_option,
     apply_column_removal,
     get_eval_sampler,
     get_train_sampler,
+    planned_settings,
 )
 from hf_lightning.data.samplers import BatchRebalanceSampler, shard_batches
 from hf_lightning.engine.seeding import set_seed
+from hf_lightning.translation.plan import ModuleSettings
 
 _DATALOADER_ACCEPTS_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
 
@@ -182,6 +183,7 @@ def _build_dataloader(
     world_size: int,
     process_index: int,
     is_training: bool,
+    settings: ModuleSettings | None,
 ) -> HFDataLoader:
     # The reference's `_get_dataloader` followed by accelerate's `prepare_data_loader`.
     collator = data_collator if data_collator is not None else pick_default_collator(processing_class)
@@ -212,7 +214,8 @@ def _build_dataloader(
     if world_size <= 1 or isinstance(sampler, BatchRebalanceSampler):
         return HFDataLoader(dataset, **params)
 
-    if accelerator_option(args, "dispatch_batches"):
+    settings = planned_settings(args, settings)
+    if settings.dispatch_batches:
         raise ValueError(
             "accelerator_config.dispatch_batches=True is not supported by hf_lightning for map-style datasets; "
             "leave it unset (None) or False: each process then loads its own whole batches."
@@ -224,8 +227,8 @@ def _build_dataloader(
         batch_sampler,
         num_processes=world_size,
         process_index=process_index,
-        even_batches=accelerator_option(args, "even_batches"),
-        split_batches=accelerator_option(args, "split_batches"),
+        even_batches=settings.even_batches,
+        split_batches=settings.split_batches,
     )
     return HFDataLoader(dataset, **params)
 
@@ -241,11 +244,13 @@ def build_train_dataloader(
     process_index: int = 0,
     seed_for_sampler: int | None = None,
     batch_size: int | None = None,
+    settings: ModuleSettings | None = None,
 ) -> HFDataLoader:
     """This process's train DataLoader, as the reference's `get_train_dataloader` + accelerate prepare.
 
     Run on every rank. `data_collator=None` picks the reference's default for `processing_class`;
     `batch_size` defaults to `args.train_batch_size` (auto_find_batch_size passes the reduced one).
+    `settings`: the plan's module settings (translated from `args` when not given).
     """
     if dataset is None:
         raise ValueError("Trainer: training requires a train_dataset.")
@@ -256,6 +261,7 @@ def build_train_dataloader(
         world_size=world_size,
         process_index=process_index,
         seed_for_sampler=seed_for_sampler,
+        settings=settings,
     )
     return _build_dataloader(
         dataset,
@@ -269,6 +275,7 @@ def build_train_dataloader(
         world_size=world_size,
         process_index=process_index,
         is_training=True,
+        settings=settings,
     )
 
 
@@ -282,6 +289,7 @@ def build_eval_dataloader(
     world_size: int = 1,
     process_index: int = 0,
     description: str = "Evaluation",
+    settings: ModuleSettings | None = None,
 ) -> HFDataLoader:
     """This process's eval (or, with `description="test"`, test) DataLoader, as the reference builds it.
 
@@ -305,6 +313,7 @@ def build_eval_dataloader(
         world_size=world_size,
         process_index=process_index,
         is_training=False,
+        settings=settings,
     )
 
 

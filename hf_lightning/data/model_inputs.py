@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,16 +27,10 @@ from hf_lightning.data.samplers import (
     lengths_from_items,
 )
 from hf_lightning.data.sized import has_length
+from hf_lightning.translation.plan import ModuleSettings
 
 logger = logging.getLogger(__name__)
 
-# `AcceleratorConfig()` defaults, which the reference uses when `accelerator_config` is None.
-_ACCELERATOR_DEFAULTS = {
-    "split_batches": False,
-    "dispatch_batches": None,
-    "even_batches": True,
-    "use_seedable_sampler": True,
-}
 
 
 # ---- model introspection ---------------------------------------------------------------------------------
@@ -154,14 +148,13 @@ def apply_column_removal(
 # ---- samplers ---------------------------------------------------------------------------------------------
 
 
-def accelerator_option(args: Any, name: str) -> Any:
-    """One `accelerator_config` entry (object or dict), the `AcceleratorConfig()` default when unset."""
-    config = getattr(args, "accelerator_config", None)
-    if config is None:
-        return _ACCELERATOR_DEFAULTS[name]
-    if isinstance(config, Mapping):
-        return config.get(name, _ACCELERATOR_DEFAULTS[name])
-    return getattr(config, name)
+def planned_settings(args: Any, settings: ModuleSettings | None) -> ModuleSettings:
+    """The plan's module settings: the trainer passes its own; a direct call translates `args` for them."""
+    if settings is not None:
+        return settings
+    from hf_lightning.translation.translate import translate
+
+    return translate(args, raise_on_refusal=False).module
 
 
 def _length_column(dataset: Any, args: Any) -> list[int] | None:
@@ -187,12 +180,14 @@ def get_train_sampler(
     world_size: int = 1,
     process_index: int = 0,
     seed_for_sampler: int | None = None,
+    settings: ModuleSettings | None = None,
 ) -> Sampler | None:
     """The reference's train sampler for `args.train_sampling_strategy` (R3.1); None for unsized data.
 
     The random order is seeded with `data_seed`, else `seed_for_sampler`, else `torch.initial_seed()`
     read now (the reference reads it when the train loader is built).
     """
+    settings = planned_settings(args, settings)
     strategy = args.train_sampling_strategy
     if not has_length(dataset):
         if strategy in ("group_by_length", "batch_rebalance"):
@@ -204,7 +199,7 @@ def get_train_sampler(
         return None
     if strategy == "group_by_length":
         return LengthGroupedSampler(
-            args.train_batch_size * args.gradient_accumulation_steps,
+            args.train_batch_size * settings.gradient_accumulation_steps,
             dataset=dataset,
             lengths=_length_column(dataset, args),
             model_input_name=_model_input_name(processing_class),
@@ -222,16 +217,16 @@ def get_train_sampler(
         world_size = max(1, world_size)
         return BatchRebalanceSampler(
             lengths=lengths,
-            effective_batch_size=args.train_batch_size * args.gradient_accumulation_steps * world_size,
+            effective_batch_size=args.train_batch_size * settings.gradient_accumulation_steps * world_size,
             dp_size=world_size,
-            grad_accum=args.gradient_accumulation_steps,
+            grad_accum=settings.gradient_accumulation_steps,
             rank=process_index if world_size > 1 else 0,
             drop_last=args.dataloader_drop_last,
         )
     if strategy == "sequential":
         return SequentialSampler(dataset)
     # "random" and any other string, as in the reference.
-    if accelerator_option(args, "use_seedable_sampler"):
+    if settings.use_seedable_sampler:
         seed = args.data_seed if args.data_seed is not None else seed_for_sampler
         return SeedableRandomSampler(dataset, seed=seed)
     if world_size > 1:

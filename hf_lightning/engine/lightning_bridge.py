@@ -33,7 +33,7 @@ def quiet_lightning_banners() -> None:
 
 def lightning_trainer_kwargs(plan: Any, values: schedule.TrainingValues) -> dict[str, Any]:
     """The plan's `lightning.Trainer` kwargs with this run's step and epoch bounds."""
-    kwargs = dict(plan.trainer_kwargs)
+    kwargs = plan.lightning.as_kwargs()
     kwargs.update(lightning_precision_kwargs(kwargs.pop("precision", "32-true")))
     kwargs["max_steps"] = values.max_steps
     kwargs["max_epochs"] = -1 if values.num_train_epochs >= sys.maxsize else values.num_train_epochs
@@ -48,7 +48,7 @@ def build_lightning_trainer(
     overrides: Mapping[str, Any] | None = None,
     loggers: list[Any] | None = None,
 ) -> pl.Trainer:
-    """A `lightning.Trainer` configured by the plan, with the plan's loggers, its callbacks and the user's.
+    """A `lightning.Trainer` configured by the plan, with the plan's loggers and the user's callbacks.
 
     `loggers`: the plan's loggers when they already exist (built by a log before training), else built here.
     `overrides` (the facade's `lightning_trainer_overrides`) are merged last: they take precedence over the
@@ -64,10 +64,10 @@ def build_lightning_trainer(
     if loggers:
         kwargs["logger"] = loggers
     if plan.strategy is not None:
-        from hf_lightning.translation.translate import build_strategy
+        from hf_lightning.strategies.build import build_strategy
 
         kwargs["strategy"] = build_strategy(plan, model)
-    kwargs["callbacks"] = list(plan.callbacks) + list(kwargs.get("callbacks") or []) + list(user_callbacks)
+    kwargs["callbacks"] = list(user_callbacks)
     kwargs = merge_lightning_overrides(kwargs, overrides or {})
     trainer = pl.Trainer(**kwargs)
     use_lean_logger_connector(trainer)
@@ -163,7 +163,7 @@ def explain_lightning_overrides(overrides: Mapping[str, Any], plan: Any = None) 
     """The section of `explain()` listing each override and the translated value it replaces."""
     if not overrides:
         return ""
-    translated = dict(getattr(plan, "trainer_kwargs", {}) or {})
+    translated = plan.lightning.as_kwargs() if plan is not None else {}
     lines = ["", "lightning.Trainer overrides (take precedence):"]
     for key, value in overrides.items():
         if key == "callbacks":

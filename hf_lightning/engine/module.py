@@ -196,7 +196,8 @@ class HFLightningModule(pl.LightningModule):
 
     def _sync_context(self, is_last_in_window: bool):
         """Gradient all-reduce only on the window's last micro-batch (R2.5): `no_sync` of the DDP-wrapped model."""
-        if is_last_in_window:
+        if is_last_in_window or self.facade.plan.module.sync_each_batch:
+            # sync_each_batch: every micro-batch all-reduces, trading speed for memory (as accelerate's flag).
             return contextlib.nullcontext()
         model = self.facade.model_wrapped
         if getattr(self.trainer.strategy, "owns_gradient_sync", False):  # DeepSpeed: the engine's boundary
@@ -210,7 +211,7 @@ class HFLightningModule(pl.LightningModule):
         """The reference's forward autocast, unless the strategy owns mixed precision (FSDP2, as accelerate)."""
         if getattr(self.trainer.strategy, "owns_forward_precision", False):
             return contextlib.nullcontext()
-        return forward_autocast(self.facade.model, self.facade.args)
+        return forward_autocast(self.facade.model, self.facade.args, self.facade.plan.module)
 
     def _optimizer_update(self, micro_batch_index: int) -> None:
         facade = self.facade

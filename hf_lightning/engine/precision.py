@@ -16,22 +16,29 @@ from typing import Any
 import torch
 
 from hf_lightning.evaluation.helpers import autocast_forward
+from hf_lightning.translation.plan import ModuleSettings
+
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def planned_autocast_dtype(settings: ModuleSettings) -> torch.dtype | None:
+    """The dtype the plan autocasts the forward to: bf16, fp16 (never on CPU, where accelerate turns it
+    off), or None for full precision."""
+    return _AUTOCAST_DTYPES.get(settings.forward_autocast)
 
 
 def forward_autocast_dtype(args: Any) -> torch.dtype | None:
-    """The dtype the reference autocasts the forward to: bf16, fp16 (not on CPU, where accelerate turns it
-    off), or None for full precision."""
-    mixed_precision = getattr(args, "mixed_precision", "no")
-    if args.bf16 or mixed_precision == "bf16":
-        return torch.bfloat16
-    if (args.fp16 or mixed_precision == "fp16") and args.device.type != "cpu":
-        return torch.float16
-    return None
+    """`planned_autocast_dtype` for arguments outside a trainer (translated now)."""
+    from hf_lightning.translation.translate import translate
+
+    return planned_autocast_dtype(translate(args, raise_on_refusal=False).module)
 
 
-def forward_autocast(model: torch.nn.Module, args: Any):
-    """A context in which `model`'s forward runs under the reference's autocast (a no-op in full precision)."""
-    dtype = forward_autocast_dtype(args)
+def forward_autocast(model: torch.nn.Module, args: Any, settings: ModuleSettings | None = None):
+    """A context in which `model`'s forward runs under the reference's autocast (a no-op in full precision).
+
+    `settings`: the trainer's plan; translated from `args` when not given."""
+    dtype = planned_autocast_dtype(settings) if settings is not None else forward_autocast_dtype(args)
     if dtype is None:
         return contextlib.nullcontext()
     return autocast_forward(model, args.device.type, dtype)

@@ -294,8 +294,7 @@ class HFLightningSeq2SeqTrainer(HFLightningTrainer):
         """The ZeRO stage of this run's DeepSpeed config, None without DeepSpeed."""
         if not self.is_deepspeed_enabled:
             return None
-        config = (self.plan.strategy or {}).get("kwargs", {}).get("config", {})
-        return config.get("zero_optimization", {}).get("stage")
+        return self.plan.strategy.deepspeed.zero_stage
 
     def _pad_tensors_to_max_len(self, tensor: torch.Tensor, max_length: int) -> torch.Tensor:
         """Right-pad `tensor` to `max_length` with the pad token id (the processing class's, else the model's)."""

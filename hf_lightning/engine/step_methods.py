@@ -59,7 +59,7 @@ class TrainingStepMixin:
         )
         if num_items_in_batch is not None and torch.is_tensor(num_items_in_batch):
             num_items_in_batch = num_items_in_batch.to(device)
-            if self.args.average_tokens_across_devices and self.args.world_size > 1:
+            if self.plan.module.average_tokens_across_devices and self.args.world_size > 1:
                 num_items_in_batch = self._all_reduce_sum(num_items_in_batch)
             num_items_in_batch = num_items_in_batch / (
                 self.get_tp_size() * self.get_cp_size() * self.get_sp_size()
@@ -84,8 +84,8 @@ class TrainingStepMixin:
             loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         del inputs
         if (
-            self.args.torch_empty_cache_steps is not None
-            and self.state.global_step % self.args.torch_empty_cache_steps == 0
+            self.plan.module.torch_empty_cache_steps is not None
+            and self.state.global_step % self.plan.module.torch_empty_cache_steps == 0
         ):
             empty_device_cache()
         if self.loss_is_scaled_for_ga is not None:
@@ -129,7 +129,7 @@ class TrainingStepMixin:
         else:
             loss = extract_loss(outputs, inputs)
         if (
-            self.args.average_tokens_across_devices
+            self.plan.module.average_tokens_across_devices
             and (self.model_accepts_loss_kwargs or self.compute_loss_func)
             and num_items_in_batch is not None
         ):
@@ -156,7 +156,7 @@ class TrainingStepMixin:
         return 0
 
     def _track_num_input_tokens(self, inputs: dict[str, Any]) -> None:
-        mode = self.args.include_num_input_tokens_seen
+        mode = self.plan.module.include_num_input_tokens_seen
         if mode == "no":
             return
         main_input_name = getattr(self.model, "main_input_name", "input_ids")
@@ -183,7 +183,7 @@ class TrainingStepMixin:
         """Add epoch (and token counts) to `logs`, append it to `log_history` and fire `on_log`."""
         if self.state.epoch is not None:
             logs["epoch"] = self.state.epoch
-        if self.args.include_num_input_tokens_seen != "no":
+        if self.plan.module.include_num_input_tokens_seen != "no":
             logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
             if start_time is not None:
                 tokens = self.state.num_input_tokens_seen - self._initial_num_input_tokens_seen
@@ -226,7 +226,8 @@ class TrainingStepMixin:
             from hf_lightning.strategies.deepspeed.strategy import engine_global_grad_norm
 
             return engine_global_grad_norm(model)
-        max_norm = self.args.max_grad_norm if self.args.max_grad_norm > 0 else float("inf")
+        max_grad_norm = self.plan.module.max_grad_norm
+        max_norm = max_grad_norm if max_grad_norm is not None and max_grad_norm > 0 else float("inf")
         parameters = [p for p in model.parameters() if p.grad is not None]
         scaler = (
             getattr(self.lightning_trainer.precision_plugin, "scaler", None)

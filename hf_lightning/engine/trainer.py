@@ -124,7 +124,6 @@ class HFLightningTrainer(
         self.label_names = default_label_names if args.label_names is None else args.label_names
         self.can_return_loss = data_layer.can_return_loss(base_model)
         self._loss_shifts_labels = loss_shifts_labels(base_model)
-        self.label_smoother = self._build_label_smoother()
 
         self.data_collator = (
             data_collator if data_collator is not None else pick_default_collator(processing_class)
@@ -132,7 +131,6 @@ class HFLightningTrainer(
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
         self.processing_class = processing_class
-        self.neftune_noise_alpha = args.neftune_noise_alpha
         self.compute_loss_func = compute_loss_func
         self.compute_metrics = compute_metrics
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
@@ -144,6 +142,9 @@ class HFLightningTrainer(
 
         # Refusals of unsupported fields surface here, before any training starts.
         self.plan = translate(args)
+        # The planned settings the facade keeps under the reference's attribute names.
+        self.label_smoother = self._build_label_smoother()
+        self.neftune_noise_alpha = self.plan.module.neftune_noise_alpha
         # As the reference at construction (its accelerator state): DeepSpeed is on from here, not only once the
         # engine exists, so evaluate / predict / resume before `train()` see it.
         self.is_deepspeed_enabled = _plan_uses_deepspeed(self.plan)
@@ -234,7 +235,7 @@ class HFLightningTrainer(
             model.to(args.device)
 
     def _build_label_smoother(self) -> LabelSmoother | None:
-        if self.args.label_smoothing_factor == 0:
+        if self.plan.module.label_smoothing_factor == 0:
             return None
         if getattr(getattr(self.model, "config", None), "problem_type", None) == "multi_label_classification":
             warnings.warn(
@@ -244,7 +245,7 @@ class HFLightningTrainer(
                 stacklevel=3,
             )
             return None
-        return LabelSmoother(epsilon=self.args.label_smoothing_factor)
+        return LabelSmoother(epsilon=self.plan.module.label_smoothing_factor)
 
     def _validate_constructor(self) -> None:
         """The reference's constructor errors (API-1.1.4), same exception types."""
@@ -344,6 +345,7 @@ class HFLightningTrainer(
             world_size=self.args.world_size,
             process_index=self.args.process_index,
             batch_size=self._train_batch_size,
+            settings=self.plan.module,
         )
 
     def get_eval_dataloader(self, eval_dataset: str | Dataset | None = None) -> DataLoader:
@@ -378,6 +380,7 @@ class HFLightningTrainer(
             world_size=self.args.world_size,
             process_index=self.args.process_index,
             description=description,
+            settings=self.plan.module,
         )
 
     def _current_loggers(self) -> list[Any]:
@@ -461,7 +464,7 @@ def _split_callbacks(callbacks: list | None) -> tuple[list, list]:
 
 
 def _plan_uses_deepspeed(plan: Any) -> bool:
-    return plan.strategy is not None and plan.strategy["name"] == "deepspeed"
+    return plan.strategy is not None and plan.strategy.name == "deepspeed"
 
 
 def _is_model_parallel(model: nn.Module) -> bool:

@@ -88,10 +88,10 @@ def run_training(
 
 
 def _enable_activation_checkpointing(trainer: TrainerLike) -> None:
-    args = trainer.args
-    if not args.activation_checkpointing:
+    settings = trainer.plan.module
+    if not settings.activation_checkpointing:
         return
-    kwargs = dict(args.activation_checkpointing_kwargs or {})
+    kwargs = dict(settings.activation_checkpointing_kwargs or {})
     every_n_layers = kwargs.pop("every_n_layers", 1)
     offload = kwargs.pop("offload", False)
     model = trainer.model
@@ -142,11 +142,11 @@ def _with_executable_batch_size(trainer: TrainerLike, speed_metrics) -> TrainOut
 
 def _compile_model(trainer: TrainerLike) -> None:
     """`torch_compile`: the reference runs the compiled module; `trainer.model` stays the original."""
-    args = trainer.args
-    if not args.torch_compile or trainer.model_wrapped is not trainer.model:
+    settings = trainer.plan.module
+    if not settings.torch_compile or trainer.model_wrapped is not trainer.model:
         return
-    kwargs = {"backend": args.torch_compile_backend, "mode": args.torch_compile_mode}
-    if args.torch_compile_backend == "neuron":
+    kwargs = {"backend": settings.torch_compile_backend, "mode": settings.torch_compile_mode}
+    if settings.torch_compile_backend == "neuron":
         kwargs["dynamic"] = False
     trainer.model_wrapped = torch.compile(trainer.model, **kwargs)
 
@@ -189,7 +189,9 @@ def _inner_training_loop(trainer: TrainerLike, speed_metrics) -> TrainOutput:
     resume.position_lightning_loops(trainer, lightning_trainer)
 
     start_time = time.time()
-    trainer._run = RunBookkeeping(values=values, ga=args.gradient_accumulation_steps, start_time=start_time)
+    trainer._run = RunBookkeeping(
+        values=values, ga=trainer.plan.module.gradient_accumulation_steps, start_time=start_time
+    )
     trainer._initial_num_input_tokens_seen = trainer.state.num_input_tokens_seen
     trainer._initial_global_step = trainer.state.global_step
     trainer._tr_loss = TrainLossWindow(args.device)

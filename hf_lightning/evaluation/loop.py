@@ -21,7 +21,7 @@ import hf_lightning.strategies.distributed as distributed
 from hf_lightning.data.sized import has_length
 from hf_lightning.engine.devices import empty_device_cache, is_out_of_memory
 from hf_lightning.engine.outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
-from hf_lightning.engine.precision import forward_autocast_dtype
+from hf_lightning.engine.precision import planned_autocast_dtype
 from hf_lightning.evaluation.helpers import (
     EvalLoopContainer,
     autocast_forward,
@@ -452,7 +452,9 @@ class EvaluationMixin:
     def _prepare_distributed_evaluation(self, dataloader: Any) -> None:
         """Create the process group when launched with several processes (evaluate() may precede train())."""
         if distributed.ensure_process_group(self.args):
-            distributed.check_even_eval_shards(self.args, getattr(dataloader, "dataset", None))
+            distributed.check_even_eval_shards(
+                self.args, getattr(dataloader, "dataset", None), settings=self.plan.module
+            )
 
     def _report_evaluation_to_hp_search(self, trial: Any, metrics: dict[str, float]) -> None:
         """Hand the evaluation metrics to the HP-search trial, through the facade's `_report_to_hp_search`."""
@@ -494,7 +496,7 @@ class EvaluationMixin:
         """
         if getattr(self, "is_deepspeed_enabled", False) or is_fsdp2_model(self.model):
             return None
-        return forward_autocast_dtype(self.args)
+        return planned_autocast_dtype(self.plan.module)
 
     def _check_deepspeed_evaluation_before_train(self) -> None:
         """evaluate / predict under DeepSpeed before any `train()` built the engine (`self.deepspeed is None`).
@@ -505,9 +507,7 @@ class EvaluationMixin:
         """
         if not getattr(self, "is_deepspeed_enabled", False) or getattr(self, "deepspeed", None) is not None:
             return
-        from hf_lightning.strategies.deepspeed.config import zero_stage
-
-        stage = zero_stage(self.plan.strategy["kwargs"]["config"])
+        stage = self.plan.strategy.deepspeed.zero_stage
         if stage != 3:
             raise ValueError(
                 "ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your config "

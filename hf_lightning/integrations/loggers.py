@@ -40,7 +40,8 @@ from hf_lightning.args.enums import enum_value
 from hf_lightning.integrations.logger_adapters import isolated_mlflow_logger_class
 
 if TYPE_CHECKING:
-    from hf_lightning.translation.translate import Environment, Plan
+    from hf_lightning.translation.environment import Environment
+    from hf_lightning.translation.plan import Plan
 
 logger = logging.getLogger(__name__)
 
@@ -72,23 +73,6 @@ LOGGER_PACKAGES = {
     "wandb": ("wandb", "pip install wandb"),
     "comet_ml": ("comet_ml", "pip install comet-ml"),
 }
-# Non-secret environment variables the specs read (captured by `Environment.detect`).
-LOGGER_ENV_VARS = (
-    "TENSORBOARD_LOGGING_DIR",
-    "MLFLOW_TRACKING_URI",
-    "MLFLOW_EXPERIMENT_NAME",
-    "MLFLOW_TAGS",
-    "MLFLOW_RUN_ID",
-    "MLFLOW_NESTED_RUN",
-    "HF_MLFLOW_LOG_ARTIFACTS",
-    "WANDB_MODE",
-    "WANDB_PROJECT",
-    "WANDB_DIR",
-    "WANDB_LOG_MODEL",
-    "WANDB_WATCH",
-    "COMET_PROJECT_NAME",
-    "COMET_MODE",
-)
 # `wandb.init(mode=...)` values (wandb 0.19+; "dryrun" and "run" are its older spellings).
 WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")
 _FALSY = ("", "false", "0", "no", "off")
@@ -335,15 +319,3 @@ def build_loggers(plan: Plan, now: datetime | None = None) -> list[Any]:
     return built
 
 
-def installed_logger_backends(find_spec: Any = None) -> frozenset[str]:
-    """Which logger backends are importable (used by `Environment.detect`)."""
-    import importlib.util
-
-    find = find_spec or importlib.util.find_spec
-    found = set()
-    if find("tensorboard") is not None or find("tensorboardX") is not None:
-        found.add("tensorboard")
-    for name in ("mlflow", "wandb", "comet_ml", "neptune"):
-        if find(name) is not None:
-            found.add(name)
-    return frozenset(found)

@@ -125,7 +125,7 @@ class OptimizerMixin:
     def get_total_train_batch_size(self, args: Any) -> int:
         """Micro-batch x accumulation x data-parallel world size (R2.7)."""
         dp_world_size = args.world_size // (self.get_tp_size() * self.get_cp_size() * self.get_sp_size())
-        return self._train_batch_size * args.gradient_accumulation_steps * dp_world_size
+        return self._train_batch_size * self.plan.module.gradient_accumulation_steps * dp_world_size
 
     def get_tp_size(self) -> int:
         """Tensor-parallel size (1: parallelism_config is refused by the translation)."""
@@ -145,7 +145,7 @@ class OptimizerMixin:
         return schedule.initial_training_values(
             max_steps_arg=args.max_steps,
             num_train_epochs_arg=args.num_train_epochs,
-            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            gradient_accumulation_steps=self.plan.module.gradient_accumulation_steps,
             len_dataloader=len_dataloader,
             num_examples_in_loader=self.num_examples(dataloader) if len_dataloader else None,
             total_train_batch_size=self.get_total_train_batch_size(args),

@@ -12,12 +12,15 @@ import atexit
 import os
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from hf_lightning.data.sized import has_length
+
+if TYPE_CHECKING:
+    from hf_lightning.translation.plan import ModuleSettings
 
 __all__ = [
     "all_reduce_sum",
@@ -193,18 +196,19 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def check_even_eval_shards(args: Any, dataset: Any) -> None:
+def check_even_eval_shards(args: Any, dataset: Any, settings: ModuleSettings | None = None) -> None:
     """Refuse evaluation shards of different lengths, which would leave processes waiting in the gather.
 
     With `accelerator_config.even_batches=False` and a dataset size that is not a multiple of the global
     eval batch, the processes get different numbers (or sizes) of batches.
     """
-    from hf_lightning.data.model_inputs import accelerator_option
+    from hf_lightning.data.model_inputs import planned_settings
 
+    settings = planned_settings(args, settings)
     total_batch_size = args.eval_batch_size * args.world_size
     if (
-        not accelerator_option(args, "even_batches")
-        and not accelerator_option(args, "split_batches")
+        not settings.even_batches
+        and not settings.split_batches
         and has_length(dataset)
         and len(dataset) % total_batch_size != 0
     ):

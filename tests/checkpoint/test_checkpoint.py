@@ -922,11 +922,6 @@ def test_facade_run_writes_the_reference_folders(tmp_path, monkeypatch):
     from hf_lightning import TrainingArguments
     from hf_lightning.callbacks import TrainerCallback as OurCallback
     from hf_lightning.engine.trainer import HFLightningTrainer
-    from hf_lightning.translation.registry import features
-
-    # The save side has landed; until the switchboard says so for the whole "checkpoints" feature (resume
-    # included), turn it on here.
-    monkeypatch.setitem(features.FEATURES, "checkpoints", (True, features.FEATURES["checkpoints"][1]))
     settings = dict(
         use_cpu=True,
         report_to="none",

@@ -48,13 +48,17 @@ def test_evaluation_autocasts_as_the_reference_prepares_the_model(tmp_path, monk
 
     import hf_lightning.evaluation.loop as evaluation
     from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.translation.translate import translate
 
     sharded = torch.nn.Linear(2, 2)
 
     def eval_dtype(model=None, is_deepspeed_enabled: bool = False, **fields) -> torch.dtype | None:
         args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, bf16=True, **fields)
         facade = types.SimpleNamespace(
-            args=args, model=model or torch.nn.Linear(2, 2), is_deepspeed_enabled=is_deepspeed_enabled
+            args=args,
+            plan=translate(args, raise_on_refusal=False),
+            model=model or torch.nn.Linear(2, 2),
+            is_deepspeed_enabled=is_deepspeed_enabled,
         )
         return HFLightningTrainer._mixed_precision_dtype(facade)
 

@@ -26,6 +26,7 @@ from hf_lightning.data.model_inputs import can_return_loss, infer_label_names, m
 from hf_lightning.engine.loss import count_items_in_window, extract_loss
 from hf_lightning.engine.outputs import EvalLoopOutput, PredictionOutput
 from hf_lightning.evaluation.loop import EvaluationMixin
+from hf_lightning.translation.translate import translate
 
 # ---------------------------------------------------------------------------------------------------------
 # the stand-in facade
@@ -46,6 +47,7 @@ class StandInTrainer(EvaluationMixin):
         callbacks=(),
     ):
         self.args = args
+        self.plan = translate(args)
         self.model = model
         self.model_wrapped = model
         self.data_collator = data_collator
@@ -907,6 +909,7 @@ from torch import nn
 
 from hf_lightning.callbacks import CallbackHandler, DefaultFlowCallback, TrainerControl, TrainerState
 from hf_lightning.evaluation.loop import EvaluationMixin
+from hf_lightning.translation.translate import translate
 
 
 class Plain(nn.Module):
@@ -923,6 +926,7 @@ class Facade(EvaluationMixin):
     def __init__(self, model, args):
         self.model = self.model_wrapped = model
         self.args, self.state, self.control = args, TrainerState(), TrainerControl()
+        self.plan = translate(args)
         self.callback_handler = CallbackHandler([DefaultFlowCallback], model, None, None, None)
         self.label_names, self.can_return_loss = ["labels"], False
         self.compute_metrics = self.preprocess_logits_for_metrics = self.optimizer = self.lr_scheduler = None

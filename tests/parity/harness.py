@@ -77,10 +77,12 @@ def run_parity(
 
     defaults = {"use_cpu": True, "report_to": "none", "save_strategy": "no", "disable_tqdm": True}
     merged = {**defaults, **args_kwargs}
+    # Each side gets its own copy: the reference writes into nested argument dicts (accelerator_config's
+    # gradient_accumulation_kwargs) when its trainer is built.
     reference_args = (reference_args_cls or transformers.TrainingArguments)(
-        output_dir=str(tmp_path / "reference"), **merged
+        output_dir=str(tmp_path / "reference"), **copy.deepcopy(merged)
     )
-    our_merged = dict(merged)
+    our_merged = copy.deepcopy(merged)
     if our_seed is not None:
         our_merged["seed"] = our_seed
     our_args = (our_args_cls or TrainingArguments)(output_dir=str(tmp_path / "ours"), **our_merged)

@@ -24,6 +24,7 @@ from hf_lightning.strategies.deepspeed.config import (
     fill_at_argument_time,
     fill_at_train_start,
     finalize_deepspeed_config,
+    is_offload,
     load_deepspeed_config,
     resolve_deepspeed_config,
 )
@@ -386,14 +387,15 @@ def _gpu_args(tmp_path, config: dict, **kwargs: object) -> TrainingArguments:
 def test_plan_holds_the_argument_time_config_and_the_strategy_the_final_one(tmp_path):
     from lightning.pytorch.strategies import DeepSpeedStrategy
 
+    from hf_lightning.strategies.build import build_strategy
     from hf_lightning.strategies.deepspeed.strategy import HFDeepSpeedStrategy, build_deepspeed_strategy
-    from hf_lightning.translation.translate import build_strategy
 
     args = _gpu_args(tmp_path, OFFLOAD_ZERO3, **SPEC_ARGS)
     plan = translate(args, GPU)
-    assert plan.strategy["name"] == "deepspeed" and plan.notes["deepspeed"].status == "honoured"
-    assert plan.strategy["details"] == {"mismatches": [], "zero_stage": 3, "offload": True}
-    planned = plan.strategy["kwargs"]["config"]
+    assert plan.strategy.name == "deepspeed" and plan.notes["deepspeed"].status == "honoured"
+    details = plan.strategy.deepspeed
+    assert (list(details.mismatches), details.zero_stage, is_offload(details.config)) == ([], 3, True)
+    planned = details.config
     assert planned["train_batch_size"] == 12 and planned["zero_optimization"]["reduce_bucket_size"] == "auto"
 
     _, reference_args = _both_args(tmp_path, **SPEC_ARGS)
@@ -424,7 +426,7 @@ def test_strategy_finalisation_raises_mismatches_before_training(tmp_path):
     }
     args = _gpu_args(tmp_path, config, per_device_train_batch_size=4)
     plan = translate(args, GPU)
-    assert len(plan.strategy["details"]["mismatches"]) == 2
+    assert len(plan.strategy.deepspeed.mismatches) == 2
     assert "2 mismatch(es)" in plan.notes["deepspeed"].how
     with pytest.raises(ValueError, match="mismatch TrainingArguments") as error:
         build_deepspeed_strategy(plan, HIDDEN_64, args=args, num_training_steps=10)

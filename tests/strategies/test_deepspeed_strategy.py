@@ -15,6 +15,7 @@ The unit tests below check the routing to the engine with a recording engine (no
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -154,7 +155,9 @@ def _build(side: str, config: dict, output_dir: Path, **extra_args) -> object:
             trainer = HFLightningTrainer(model=model, args=args, train_dataset=data)
         finally:
             Environment.detect = original_detect
-        trainer.plan.trainer_kwargs["accelerator"] = "cpu"
+        trainer.plan = dataclasses.replace(
+            trainer.plan, lightning=dataclasses.replace(trainer.plan.lightning, accelerator="cpu")
+        )
     return trainer
 
 

@@ -24,9 +24,10 @@ from torch.distributed.fsdp import (
 
 import hf_lightning
 from hf_lightning.engine.precision import forward_only_mixed_precision_class
+from hf_lightning.strategies.build import build_strategy
 from hf_lightning.strategies.fsdp.strategy import HFFSDP2Strategy, HFFSDPStrategy, build_fsdp_strategy
 from hf_lightning.translation.registry.distributed import fsdp_plugin_args
-from hf_lightning.translation.translate import Environment, build_strategy, translate
+from hf_lightning.translation.translate import Environment, translate
 from tests.parity.models import make_tiny_bert_classifier, make_tiny_gpt2
 
 GPU_2 = Environment(
@@ -162,8 +163,8 @@ def test_plugin_arguments_and_config_are_the_references(tmp_path, case):
     assert fsdp_plugin_args(raw) == reference.fsdp_plugin_args
     assert raw.fsdp_config == config
     plan = translate(reference, GPU_2)
-    assert plan.strategy["name"] == ("fsdp" if reference.fsdp_plugin_args["fsdp_version"] == 1 else "fsdp2")
-    assert plan.strategy["details"]["plugin_args"] == reference.fsdp_plugin_args
+    assert plan.strategy.name == ("fsdp" if reference.fsdp_plugin_args["fsdp_version"] == 1 else "fsdp2")
+    assert plan.strategy.fsdp.plugin_args == reference.fsdp_plugin_args
     assert plan.notes["fsdp"].status == "honoured"
 
 
@@ -277,7 +278,7 @@ def test_cpu_fsdp_is_honoured_and_unknown_layer_classes_are_refused(tmp_path, be
         fsdp_config={"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]},
     )
     plan = translate(reference, CPU_2)
-    assert plan.trainer_kwargs["accelerator"] == "cpu" and plan.strategy["name"] == "fsdp2"
+    assert plan.lightning.accelerator == "cpu" and plan.strategy.name == "fsdp2"
     assert "CPU" in plan.notes["fsdp"].how
     with pytest.raises(ValueError, match="LlamaDecoderLayer"):
         build_strategy(plan, bert)

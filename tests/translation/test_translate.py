@@ -17,14 +17,15 @@ from lightning.pytorch.strategies import DDPStrategy
 
 from hf_lightning.integrations.logger_adapters import rewrite_logs
 from hf_lightning.integrations.loggers import build_loggers, default_logdir
+from hf_lightning.strategies.build import build_strategy, resolve_ddp_kwargs
+from hf_lightning.strategies.process_group import process_group_kwargs
 from hf_lightning.translation.registry import features
 from hf_lightning.translation.registry.core import STATUSES
+from hf_lightning.translation.registry.distributed import fsdp_config
 from hf_lightning.translation.translate import (
     Environment,
     Plan,
-    build_strategy,
     explain,
-    resolve_ddp_kwargs,
     translate,
 )
 
@@ -68,7 +69,7 @@ def test_default_seq2seq_arguments_note_every_field(make_args):
 def test_default_plan_builds_a_real_lightning_trainer(make_args, tmp_path):
     args = make_args()
     plan = translate(args, CPU)
-    trainer = lightning.Trainer(**plan.trainer_kwargs)
+    trainer = lightning.Trainer(**plan.lightning.as_kwargs())
     assert trainer.max_steps == -1 and trainer.max_epochs == -1
     assert trainer.accumulate_grad_batches == 1 and trainer.gradient_clip_val is None
     assert trainer.num_devices == 1 and trainer.logger is None
@@ -76,8 +77,8 @@ def test_default_plan_builds_a_real_lightning_trainer(make_args, tmp_path):
     assert trainer.checkpoint_callback is None and trainer.progress_bar_callback is None
     assert trainer.default_root_dir == args.output_dir
     assert type(trainer.precision_plugin).__name__ == "Precision"  # 32-true
-    assert plan.module_settings["gradient_accumulation_steps"] == 1
-    assert plan.module_settings["max_grad_norm"] == 1.0
+    assert plan.module.gradient_accumulation_steps == 1
+    assert plan.module.max_grad_norm == 1.0
 
 
 def test_default_save_strategy_is_honoured_without_warnings(make_args):
@@ -94,16 +95,16 @@ def test_default_save_strategy_is_honoured_without_warnings(make_args):
 
 def test_accumulation_and_clipping_are_module_settings(make_args):
     plan = translate(make_args(gradient_accumulation_steps=4, max_grad_norm=0.5), CPU)
-    assert plan.module_settings["gradient_accumulation_steps"] == 4
-    assert plan.module_settings["max_grad_norm"] == 0.5
-    assert plan.trainer_kwargs["accumulate_grad_batches"] == 1
-    assert plan.trainer_kwargs["gradient_clip_val"] is None
+    assert plan.module.gradient_accumulation_steps == 4
+    assert plan.module.max_grad_norm == 0.5
+    assert plan.lightning.accumulate_grad_batches == 1
+    assert plan.lightning.gradient_clip_val is None
 
 
 def test_accelerator_config_num_steps_replaces_accumulation_of_one(make_args):
     config = {"gradient_accumulation_kwargs": {"num_steps": 4}}
     assert (
-        translate(make_args(accelerator_config=config), CPU).module_settings["gradient_accumulation_steps"]
+        translate(make_args(accelerator_config=config), CPU).module.gradient_accumulation_steps
         == 4
     )
     message = refusal(make_args(accelerator_config=config, gradient_accumulation_steps=2))
@@ -115,16 +116,16 @@ def test_accelerator_config_num_steps_replaces_accumulation_of_one(make_args):
 
 def test_bf16_maps_to_bf16_mixed_and_lightning_accepts_it(make_args):
     plan = translate(make_args(bf16=True), CPU)
-    assert plan.trainer_kwargs["precision"] == "bf16-mixed"
-    trainer = lightning.Trainer(**plan.trainer_kwargs)
+    assert plan.lightning.precision == "bf16-mixed"
+    trainer = lightning.Trainer(**plan.lightning.as_kwargs())
     assert trainer.precision_plugin.precision == "bf16-mixed"
 
 
 def test_fp16_on_gpu_maps_to_16_mixed(make_args):
     args = override(make_args(), use_cpu=False, fp16=True)
-    assert translate(args, ONE_GPU).trainer_kwargs["precision"] == "16-mixed"
+    assert translate(args, ONE_GPU).lightning.precision == "16-mixed"
     assert (
-        translate(override(make_args(), use_cpu=False, bf16=True), ONE_GPU).trainer_kwargs["precision"]
+        translate(override(make_args(), use_cpu=False, bf16=True), ONE_GPU).lightning.precision
         == "bf16-mixed"
     )
 
@@ -132,7 +133,7 @@ def test_fp16_on_gpu_maps_to_16_mixed(make_args):
 def test_fp16_on_cpu_trains_in_float32_as_the_reference(make_args):
     # accelerate turns native AMP off for fp16 on CPU; Lightning would swap in bf16 instead.
     plan = translate(make_args(fp16=True), CPU)
-    assert plan.trainer_kwargs["precision"] == "32-true"
+    assert plan.lightning.precision == "32-true"
     assert "CPU" in plan.notes["fp16"].how
 
 
@@ -143,15 +144,15 @@ def test_fp16_and_bf16_together_are_refused(make_args):
 
 def test_full_determinism_sets_deterministic_and_no_benchmark(make_args):
     plan = translate(make_args(full_determinism=True), CPU)
-    assert plan.trainer_kwargs["deterministic"] is True
-    assert plan.trainer_kwargs["benchmark"] is False
+    assert plan.lightning.deterministic is True
+    assert plan.lightning.benchmark is False
     try:
-        trainer = lightning.Trainer(**plan.trainer_kwargs)
+        trainer = lightning.Trainer(**plan.lightning.as_kwargs())
         assert torch.are_deterministic_algorithms_enabled()
         assert trainer is not None
     finally:
         torch.use_deterministic_algorithms(False)
-    assert translate(make_args(), CPU).trainer_kwargs["deterministic"] is None
+    assert translate(make_args(), CPU).lightning.deterministic is None
 
 
 # ------------------------------------------------------------------ distributed
@@ -173,8 +174,8 @@ def ddp_args(make_args):
 
 def test_ddp_kwargs_under_a_launcher_are_valid_for_lightning_and_torch(make_args):
     plan = translate(ddp_args(make_args), DDP_2)
-    assert plan.trainer_kwargs["devices"] == 2 and plan.trainer_kwargs["strategy"] == "ddp"
-    kwargs = plan.strategy["kwargs"]
+    assert plan.lightning.devices == 2 and plan.lightning.strategy == "ddp"
+    kwargs = resolve_ddp_kwargs(plan, torch.nn.Linear(2, 2))
     assert kwargs == {
         "find_unused_parameters": False,
         "bucket_cap_mb": 25,
@@ -199,7 +200,7 @@ def test_ddp_kwargs_under_a_launcher_are_valid_for_lightning_and_torch(make_args
 def test_ddp_plan_builds_a_real_lightning_trainer(make_args):
     plan = translate(ddp_args(make_args), DDP_2)
     model = torch.nn.Linear(2, 2)
-    trainer = lightning.Trainer(**{**plan.trainer_kwargs, "strategy": build_strategy(plan, model)})
+    trainer = lightning.Trainer(**{**plan.lightning.as_kwargs(), "strategy": build_strategy(plan, model)})
     assert isinstance(trainer.strategy, DDPStrategy)
     assert trainer.strategy._ddp_kwargs["bucket_cap_mb"] == 25
 
@@ -213,7 +214,7 @@ def _tiny_bert():
 
 def test_find_unused_parameters_default_follows_r7_3(make_args):
     plan = translate(make_args(), DDP_2)
-    assert "find_unused_parameters" not in plan.strategy["kwargs"]
+    assert plan.strategy.find_unused_parameters is None
     assert resolve_ddp_kwargs(plan, torch.nn.Linear(2, 2))["find_unused_parameters"] is True
     assert resolve_ddp_kwargs(plan, _tiny_bert())["find_unused_parameters"] is True
     checkpointing = translate(make_args(activation_checkpointing=True), DDP_2)
@@ -225,7 +226,7 @@ def test_find_unused_parameters_default_follows_r7_3(make_args):
 
 def test_ddp_options_are_not_applicable_in_one_process(make_args):
     plan = translate(ddp_args(make_args), CPU)
-    assert plan.strategy is None and plan.trainer_kwargs["strategy"] == "auto"
+    assert plan.strategy is None and plan.lightning.strategy == "auto"
     for name in [*DDP_ARGS, "ddp_backend"]:
         assert plan.notes[name].status == "not-applicable"
 
@@ -238,7 +239,7 @@ def test_several_gpus_in_one_process_are_refused_naming_n_gpu(make_args):
         cuda_available=True, cuda_device_count=2, world_size=2, local_world_size=2, is_distributed_launch=True
     )
     plan = translate(args, launched)
-    assert plan.trainer_kwargs["accelerator"] == "gpu" and plan.trainer_kwargs["devices"] == 2
+    assert plan.lightning.accelerator == "gpu" and plan.lightning.devices == 2
 
 
 def test_deepspeed_without_cuda_is_refused(make_args):
@@ -296,19 +297,18 @@ def test_accelerate_use_cpu_switch_picks_the_cpu(make_args):
     gpu_machine = Environment(cuda_available=True, cuda_device_count=1)
     switched = Environment(cuda_available=True, cuda_device_count=1, environ={"ACCELERATE_USE_CPU": "1"})
     args = override(make_args(), use_cpu=False)
-    assert translate(args, gpu_machine).trainer_kwargs["accelerator"] == "gpu"
-    assert translate(args, switched).trainer_kwargs["accelerator"] == "cpu"
+    assert translate(args, gpu_machine).lightning.accelerator == "gpu"
+    assert translate(args, switched).lightning.accelerator == "cpu"
 
 
 def test_fsdp_on_cpu_runs_under_a_launch(make_args):
     # torch runs FSDP on CPU with gloo (hf_lightning/strategies/fsdp/policies.py); the reference falls back to DDP there.
     plan = translate(override(make_args(), fsdp=True), DDP_2)
-    assert plan.strategy["name"] == "fsdp2"
+    assert plan.strategy.name == "fsdp2"
     assert "distributed launch" in refusal(override(make_args(), fsdp=True), Environment())
 
 
 def test_fsdp2_is_described_once_the_feature_lands(make_args, monkeypatch):
-    monkeypatch.setitem(features.FEATURES, "fsdp", (True, "FSDP"))
     env = Environment(
         cuda_available=True, cuda_device_count=2, world_size=2, local_world_size=2, is_distributed_launch=True
     )
@@ -316,14 +316,13 @@ def test_fsdp2_is_described_once_the_feature_lands(make_args, monkeypatch):
         make_args(), use_cpu=False, fsdp=True, fsdp_config={"fsdp_cpu_offload": True}, ddp_timeout=60
     )
     plan = translate(args, env)
-    assert plan.strategy["name"] == "fsdp2"
-    assert plan.strategy["kwargs"] == {"timeout": timedelta(seconds=60)}
-    assert plan.strategy["details"]["fsdp_config"] == {"cpu_offload": True}
+    assert plan.strategy.name == "fsdp2"
+    assert process_group_kwargs(plan.strategy) == {"timeout": timedelta(seconds=60)}
+    assert fsdp_config(args) == {"cpu_offload": True} and plan.strategy.fsdp.plugin_args["cpu_offload"] is True
     assert args.fsdp_config == {"fsdp_cpu_offload": True}  # the user's dict is untouched
 
 
 def test_deepspeed_auto_values_are_filled_once_the_feature_lands(make_args, monkeypatch):
-    monkeypatch.setitem(features.FEATURES, "deepspeed", (True, "DeepSpeed"))
     env = Environment(cuda_available=True, cuda_device_count=1, installed_packages=frozenset({"deepspeed"}))
     config = {
         "zero_optimization": {"stage": 2},
@@ -333,12 +332,12 @@ def test_deepspeed_auto_values_are_filled_once_the_feature_lands(make_args, monk
     }
     args = override(make_args(), use_cpu=False, deepspeed=config, per_device_train_batch_size=4)
     plan = translate(args, env)
-    resolved = plan.strategy["kwargs"]["config"]
+    resolved = plan.strategy.deepspeed.config
     assert resolved["train_micro_batch_size_per_gpu"] == 4
     # The engine keeps the reference's accumulation count (gradient_accumulation_steps=1 here).
     assert resolved["gradient_accumulation_steps"] == 1
     assert resolved["optimizer"]["params"]["betas"] == [0.9, 0.999]
-    assert plan.strategy["details"]["mismatches"] == ["- ds optimizer.params.lr=0.001 vs hf learning_rate=5e-05"]
+    assert list(plan.strategy.deepspeed.mismatches) == ["- ds optimizer.params.lr=0.001 vs hf learning_rate=5e-05"]
     assert config["train_micro_batch_size_per_gpu"] == "auto"
 
 
@@ -400,21 +399,26 @@ def test_liger_kernel_is_honoured_when_installed(make_args):
 
 
 def test_features_flip_from_refused_to_honoured(make_args, monkeypatch):
-    args = make_args(eval_strategy="steps", eval_steps=10, per_device_eval_batch_size=4)
-    monkeypatch.setitem(features.FEATURES, "evaluation", (False, "evaluation"))
-    assert "eval_strategy=" in refusal(args)
-    monkeypatch.setitem(features.FEATURES, "evaluation", (True, "evaluation"))
+    args = override(make_args(), push_to_hub=True, hub_model_id="me/model")
+    assert "push_to_hub=" in refusal(args) and "hub_model_id=" in refusal(args)
+    monkeypatch.setitem(features.FEATURES, "hub", (True, features.FEATURES["hub"][1]))
     plan = translate(args, CPU)
+    assert plan.notes["push_to_hub"].status == "honoured"
+    assert plan.notes["hub_model_id"].status == "honoured"
+
+
+def test_evaluation_fields_are_honoured(make_args):
+    plan = translate(make_args(eval_strategy="steps", eval_steps=10, per_device_eval_batch_size=4), CPU)
     assert plan.notes["eval_strategy"].status == "honoured"
     assert plan.notes["eval_steps"].status == "honoured"
     assert plan.notes["per_device_eval_batch_size"].status == "honoured"
 
 
-def test_eval_only_fields_are_accepted_while_evaluation_has_not_landed(make_args, monkeypatch):
-    monkeypatch.setitem(features.FEATURES, "evaluation", (False, "evaluation"))
+def test_eval_only_fields_are_honoured_without_evaluation_during_training(make_args):
     plan = translate(make_args(per_device_eval_batch_size=32, eval_accumulation_steps=4), CPU)
-    assert plan.notes["per_device_eval_batch_size"].status == "not-applicable"
-    assert "evaluate()" in plan.notes["per_device_eval_batch_size"].how
+    assert plan.notes["per_device_eval_batch_size"].status == "honoured"
+    assert "eval / test dataloaders" in plan.notes["per_device_eval_batch_size"].how
+    assert plan.notes["eval_accumulation_steps"].status == "honoured"
 
 
 def test_hub_token_is_accepted_and_never_shown(make_args):
@@ -447,7 +451,7 @@ def test_report_to_tensorboard_and_csv_build_real_loggers(make_args, tmp_path):
     args = make_args(report_to=["tensorboard", "csv"], run_name="r1")
     plan = translate(args, CPU)
     assert [spec["name"] for spec in plan.loggers] == ["tensorboard", "csv"]
-    assert plan.trainer_kwargs["logger"] is False
+    assert plan.lightning.logger is False
     now = datetime(2024, 3, 5, 14, 7, 9)
     tensorboard, csv = build_loggers(plan, now=now)
     assert isinstance(tensorboard, TensorBoardLogger) and isinstance(csv, CSVLogger)
@@ -461,7 +465,7 @@ def test_report_to_tensorboard_and_csv_build_real_loggers(make_args, tmp_path):
     csv.finalize("success")
     assert os.path.exists(os.path.join(csv.log_dir, "metrics.csv"))
     assert csv.log_dir.startswith(args.output_dir)
-    trainer = lightning.Trainer(**{**plan.trainer_kwargs, "logger": [tensorboard, csv]})
+    trainer = lightning.Trainer(**{**plan.lightning.as_kwargs(), "logger": [tensorboard, csv]})
     assert trainer.loggers == [tensorboard, csv]
 
 
@@ -491,7 +495,7 @@ def test_mlflow_spec_stays_under_output_dir(make_args):
     env = Environment(installed_loggers=frozenset({"mlflow"}))
     plan = translate(make_args(report_to="mlflow", run_name="run"), env)
     (spec,) = plan.loggers
-    store = os.path.join(os.path.abspath(plan.trainer_kwargs["default_root_dir"]), "mlflow.db")
+    store = os.path.join(os.path.abspath(plan.lightning.default_root_dir), "mlflow.db")
     assert spec["kwargs"]["tracking_uri"] == "sqlite:///" + store
     assert spec["kwargs"]["run_name"] == "run"
 
@@ -517,8 +521,9 @@ def test_translate_is_pure(make_args):
     assert translate(args, ddp_env) == translate(args, ddp_env)
     assert args.to_dict() == before
     # the plan holds copies: editing it does not leak into the next translation
-    first.module_settings["accelerator_config"]["even_batches"] = False
-    assert translate(args, CPU).module_settings["accelerator_config"]["even_batches"] is True
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.module.even_batches = False
+    assert translate(args, CPU).module.even_batches is True
 
 
 def test_environment_detect_reads_the_launcher(monkeypatch):
@@ -566,7 +571,7 @@ def test_duck_typed_arguments_translate_like_the_reference_class(make_args):
     plain = translate(_plain_arguments(output_dir=make_args().output_dir, use_cpu=True), CPU)
     reference = translate(make_args(), CPU)
     assert list(plain.notes) == list(reference.notes)
-    assert plain.trainer_kwargs == reference.trainer_kwargs
+    assert plain.lightning == reference.lightning
     differing = {name for name in plain.notes if plain.notes[name].status != reference.notes[name].status}
     assert differing == set()
 
@@ -609,8 +614,8 @@ def test_our_arguments_translate_like_the_reference_arguments(tmp_path, kwargs):
     reference = translate(
         transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **kwargs), CPU
     )
-    assert ours.trainer_kwargs == reference.trainer_kwargs
-    assert ours.module_settings == reference.module_settings
+    assert ours.lightning == reference.lightning
+    assert ours.module == reference.module
     assert ours.loggers == reference.loggers
     assert {name: note.status for name, note in ours.notes.items()} == {
         name: note.status for name, note in reference.notes.items()

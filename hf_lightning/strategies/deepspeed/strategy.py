@@ -42,9 +42,10 @@ from hf_lightning.strategies.deepspeed.config import (
     finalize_deepspeed_config,
 )
 from hf_lightning.strategies.deepspeed.safe_load import verify_engine_checkpoint
+from hf_lightning.strategies.process_group import process_group_kwargs
 
 if TYPE_CHECKING:
-    from hf_lightning.translation.translate import Plan
+    from hf_lightning.translation.plan import Plan
 
 logger = logging.getLogger(__name__)
 
@@ -392,13 +393,11 @@ def build_deepspeed_strategy(
 ) -> HFDeepSpeedStrategy:
     """The plan's DeepSpeed strategy; with `args` and `num_training_steps` its config is finalised now (else at
     `setup`, from the facade), so mismatches and missing hidden sizes raise before any step."""
-    if plan.strategy is None or plan.strategy["name"] != "deepspeed":
+    if plan.strategy is None or plan.strategy.deepspeed is None:
         raise ValueError("the plan does not use DeepSpeed")
-    kwargs = dict(plan.strategy["kwargs"])
-    resolved = ResolvedDeepSpeedConfig(
-        copy.deepcopy(kwargs.pop("config")), list(plan.strategy["details"].get("mismatches", []))
-    )
-    strategy = HFDeepSpeedStrategy(resolved, **kwargs)
+    details = plan.strategy.deepspeed
+    resolved = ResolvedDeepSpeedConfig(copy.deepcopy(dict(details.config)), list(details.mismatches))
+    strategy = HFDeepSpeedStrategy(resolved, **process_group_kwargs(plan.strategy))
     if args is not None and num_training_steps is not None:
         strategy.finalize_config(args, model, num_training_steps)
     return strategy

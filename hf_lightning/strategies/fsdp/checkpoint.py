@@ -46,7 +46,7 @@ FSDP_OPTIMIZER_NAME = "optimizer"
 
 def _is_full(trainer: Any) -> bool:
     """Whether the run saves full state dicts (`FULL_STATE_DICT`) rather than shards."""
-    return trainer.plan.strategy["details"]["plugin_args"]["state_dict_type"] == "FULL_STATE_DICT"
+    return trainer.plan.strategy.fsdp.state_dict_type == "FULL_STATE_DICT"
 
 
 def required_model_files(trainer: Any) -> str:
@@ -59,7 +59,7 @@ def check_resumable(trainer: Any, checkpoint: str) -> None:
     (a plain `model.safetensors`, or the other layout), instead of failing after the model is wrapped."""
     needed = required_model_files(trainer)
     if not os.path.exists(os.path.join(checkpoint, needed)):
-        layout = trainer.plan.strategy["details"]["plugin_args"]["state_dict_type"]
+        layout = trainer.plan.strategy.fsdp.state_dict_type
         raise ValueError(
             f"{checkpoint} has no {needed}, the FSDP weights this run resumes from "
             f"(fsdp_config['state_dict_type']={layout!r}); resume from a checkpoint of an FSDP run with the same "

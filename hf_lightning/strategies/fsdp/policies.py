@@ -73,7 +73,7 @@ _SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD
 def is_fsdp_plan(plan: Any) -> bool:
     """Whether the translation plan trains with FSDP (version 1 or 2)."""
     strategy = getattr(plan, "strategy", None)
-    return strategy is not None and strategy["name"] in FSDP_STRATEGY_NAMES
+    return strategy is not None and strategy.name in FSDP_STRATEGY_NAMES
 
 
 # ---- wrap policies, resolved with the model ----------------------------------------------------------------
@@ -159,7 +159,7 @@ def _children_bottom_up(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def mixed_precision_dtype(plan: Any) -> torch.dtype | None:
     """The reference's FSDP mixed-precision dtype: bf16 / fp16 when the run autocasts, else None (full precision)."""
-    precision = plan.trainer_kwargs.get("precision", "32-true")
+    precision = plan.lightning.precision
     return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
 
 

@@ -23,6 +23,7 @@ from hf_lightning.strategies.fsdp.policies import (
     is_fsdp_plan,
     mixed_precision_dtype,
 )
+from hf_lightning.strategies.process_group import process_group_kwargs
 
 
 @functools.cache
@@ -127,8 +128,8 @@ def _build_fsdp1(plan: Any, model: nn.Module, plugin: dict[str, Any]) -> HFFSDPS
     }
     if "HYBRID" in sharding.name and policy is None:
         # Lightning wants the (replicate, shard) layout spelled out; FSDP's own default is nodes x local devices.
-        kwargs["device_mesh"] = (plan.trainer_kwargs["num_nodes"], plan.trainer_kwargs["devices"])
-    strategy = HFFSDPStrategy(**plan.strategy["kwargs"], **kwargs)
+        kwargs["device_mesh"] = (plan.lightning.num_nodes, plan.lightning.devices)
+    strategy = HFFSDPStrategy(**process_group_kwargs(plan.strategy), **kwargs)
     if plugin.get("activation_checkpointing"):
         # accelerate checkpoints the modules its wrap policy selects (every module when there is none).
         strategy._activation_checkpointing_kwargs = {"auto_wrap_policy": policy}
@@ -287,7 +288,7 @@ def _broadcast_rank0_weights(
 
 
 def _build_fsdp2(plan: Any, model: nn.Module, plugin: dict[str, Any]) -> HFFSDP2Strategy:
-    world_size = plan.trainer_kwargs["devices"] * plan.trainer_kwargs["num_nodes"]
+    world_size = plan.lightning.devices * plan.lightning.num_nodes
     return HFFSDP2Strategy(
         data_parallel_size=world_size,
         reshard_after_forward=plugin["reshard_after_forward"],
@@ -297,7 +298,7 @@ def _build_fsdp2(plan: Any, model: nn.Module, plugin: dict[str, Any]) -> HFFSDP2
         activation_checkpointing=bool(plugin.get("activation_checkpointing", False)),
         cpu_ram_efficient_loading=plugin["cpu_ram_efficient_loading"],
         state_dict_type=plugin["state_dict_type"],
-        **plan.strategy["kwargs"],
+        **process_group_kwargs(plan.strategy),
     )
 
 
@@ -305,7 +306,8 @@ def build_fsdp_strategy(plan: Any, model: nn.Module) -> Strategy:
     """The Lightning strategy of an FSDP plan, its wrap policy resolved with `model` (the user's model)."""
     if not is_fsdp_plan(plan):
         raise ValueError("the plan does not use FSDP")
-    plugin = plan.strategy["details"]["plugin_args"]
-    if plugin["fsdp_version"] == 1:
+    details = plan.strategy.fsdp
+    plugin = details.plugin_args
+    if details.version == 1:
         return _build_fsdp1(plan, model, plugin)
     return _build_fsdp2(plan, model, plugin)

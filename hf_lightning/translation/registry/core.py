@@ -14,16 +14,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hf_lightning.translation.plan import HONOURED as HONOURED
+from hf_lightning.translation.plan import NOT_APPLICABLE as NOT_APPLICABLE
+from hf_lightning.translation.plan import REFUSED as REFUSED
+from hf_lightning.translation.plan import STATUSES as STATUSES
+from hf_lightning.translation.plan import WARNED as WARNED
 from hf_lightning.translation.registry.features import describe
 
 if TYPE_CHECKING:
-    from hf_lightning.translation.translate import Environment
-
-HONOURED = "honoured"
-REFUSED = "refused"
-WARNED = "warned"
-NOT_APPLICABLE = "not-applicable"
-STATUSES = (HONOURED, REFUSED, WARNED, NOT_APPLICABLE)
+    from hf_lightning.translation.environment import Environment
 
 
 @dataclass(frozen=True)
@@ -32,12 +31,11 @@ class Decision:
 
     status: str
     how: str
-    trainer_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    module_settings: Mapping[str, Any] = field(default_factory=dict)
-    strategy_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    strategy_details: Mapping[str, Any] = field(default_factory=dict)
+    # Field name -> value for `LightningKwargs`, `ModuleSettings` and `StrategyPlan` (translation/plan.py).
+    lightning: Mapping[str, Any] = field(default_factory=dict)
+    module: Mapping[str, Any] = field(default_factory=dict)
+    strategy: Mapping[str, Any] = field(default_factory=dict)
     loggers: tuple[dict[str, Any], ...] = ()
-    callbacks: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -7,18 +7,18 @@ import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from hf_lightning.translation.plan import DeepSpeedDetails, FSDPDetails
 from hf_lightning.translation.registry.core import (
     Context,
     Decision,
     FieldEntry,
     honoured,
     not_applicable,
-    not_landed_message,
     refused,
 )
 
 if TYPE_CHECKING:
-    from hf_lightning.translation.translate import Environment
+    from hf_lightning.translation.environment import Environment
 
 
 def _load_json_config(value: Any) -> dict[str, Any]:
@@ -66,7 +66,7 @@ def _ddp_find_unused_parameters(field: str, value: Any, ctx: Context) -> Decisio
             "for a transformers model, True for a plain nn.Module (translate.resolve_ddp_kwargs)"
         )
     return honoured(
-        f"DDPStrategy(find_unused_parameters={value})", strategy_kwargs={"find_unused_parameters": value}
+        f"DDPStrategy(find_unused_parameters={value})", strategy={"find_unused_parameters": value}
     )
 
 
@@ -76,7 +76,7 @@ def _ddp_option(lightning_name: str) -> Any:
             return _not_ddp(ctx)
         if value is None:
             return honoured("DDP default (not passed, as in the reference)")
-        return honoured(f"DDPStrategy({lightning_name}={value!r})", strategy_kwargs={lightning_name: value})
+        return honoured(f"DDPStrategy({lightning_name}={value!r})", strategy={lightning_name: value})
 
     return handler
 
@@ -88,7 +88,7 @@ def _ddp_backend(field: str, value: Any, ctx: Context) -> Decision:
         return honoured("Lightning's default process-group backend (nccl on CUDA, gloo on CPU)")
     return honoured(
         f"{ctx.strategy_name} strategy process_group_backend={value!r}",
-        strategy_kwargs={"process_group_backend": value},
+        strategy={"process_group_backend": value},
     )
 
 
@@ -97,7 +97,7 @@ def _ddp_timeout(field: str, value: Any, ctx: Context) -> Decision:
         return not_applicable("one process: no process group")
     return honoured(
         f"{ctx.strategy_name} strategy timeout=timedelta(seconds={value})",
-        strategy_kwargs={"timeout": timedelta(seconds=value)},
+        strategy={"timeout": timedelta(seconds=value)},
     )
 
 
@@ -207,8 +207,6 @@ def _fsdp_refusal(ctx: Context, plugin: dict[str, Any]) -> str | None:
         return "fsdp and deepspeed are both set; choose one"
     if not ctx.env.is_distributed_launch:
         return "FSDP needs a distributed launch: torchrun --nproc_per_node N your_script.py"
-    if not ctx.landed("fsdp"):
-        return not_landed_message("fsdp", "use DDP for now (launch with torchrun without fsdp)")
     if ctx.get("torch_compile"):
         return "torch_compile with FSDP is not supported yet by hf_lightning; set torch_compile=False"
     if plugin.get("activation_checkpointing") and ctx.get("activation_checkpointing"):
@@ -246,13 +244,15 @@ def _fsdp(field: str, value: Any, ctx: Context) -> Decision:
     refusal = _fsdp_refusal(ctx, plugin)
     if refusal:
         return refused(refusal)
-    details = {"fsdp_version": plugin["fsdp_version"], "fsdp_config": config, "plugin_args": plugin}
+    details = FSDPDetails(
+        version=plugin["fsdp_version"], plugin_args=plugin, state_dict_type=plugin["state_dict_type"]
+    )
     where = "" if ctx.accelerator == "gpu" else " on CPU with gloo (the reference silently runs DDP there)"
     if plugin["fsdp_version"] == 2:
         how = "ModelParallelStrategy with fully_shard per wrapped layer (FSDP2), built by hf_lightning.strategies.fsdp.policies"
     else:
         how = "FSDPStrategy wrapping the model (FSDP1, deprecated), built by hf_lightning.strategies.fsdp.policies"
-    return honoured(how + where, strategy_details=details)
+    return honoured(how + where, strategy={"fsdp": details})
 
 
 def _fsdp_config(field: str, value: Any, ctx: Context) -> Decision:
@@ -283,8 +283,6 @@ def _deepspeed_refusal(ctx: Context) -> str | None:
         )
     if "deepspeed" not in ctx.env.installed_packages:
         return "the deepspeed package is not installed: pip install hf-lightning[deepspeed]"
-    if not ctx.landed("deepspeed"):
-        return not_landed_message("deepspeed", "use DDP for now (launch with torchrun without deepspeed)")
     if ctx.get("save_only_model") and ctx.get("load_best_model_at_end"):
         return "DeepSpeed can't be used with `save_only_model` along with `load_best_model_at_end`; drop one of them"
     if ctx.get("torch_compile"):
@@ -321,8 +319,9 @@ def _deepspeed(field: str, value: Any, ctx: Context) -> Decision:
         f"HFDeepSpeedStrategy (hf_lightning.strategies.deepspeed.strategy): the engine wraps the model, ZeRO stage "
         f"{max(stage, 0)}{', offload' if is_offload(config) else ''}; optimizer from {optimizer}, schedule from "
         f"{scheduler}; 'auto' values filled from the arguments (R7.1), train-start ones at train(){pending}",
-        strategy_kwargs={"config": config},
-        strategy_details={"mismatches": resolved.mismatches, "zero_stage": stage, "offload": is_offload(config)},
+        strategy={
+            "deepspeed": DeepSpeedDetails(config=config, mismatches=tuple(resolved.mismatches), zero_stage=stage)
+        },
     )
 
 
@@ -340,7 +339,7 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry("ddp_static_graph", None, _ddp_option("static_graph"), "DDPStrategy `static_graph`"),
     FieldEntry("ddp_backend", None, _ddp_backend, "strategy `process_group_backend`"),
     FieldEntry("ddp_timeout", 1800, _ddp_timeout, "strategy `timeout`"),
-    FieldEntry("fsdp", None, _fsdp, "FSDP strategies (needs a launcher; CUDA GPUs or CPU)", feature="fsdp"),
-    FieldEntry("fsdp_config", None, _fsdp_config, "FSDP options", feature="fsdp"),
-    FieldEntry("deepspeed", None, _deepspeed, "DeepSpeedStrategy (needs CUDA)", feature="deepspeed"),
+    FieldEntry("fsdp", None, _fsdp, "FSDP strategies (needs a launcher; CUDA GPUs or CPU)"),
+    FieldEntry("fsdp_config", None, _fsdp_config, "FSDP options"),
+    FieldEntry("deepspeed", None, _deepspeed, "DeepSpeedStrategy (needs CUDA)"),
 ]

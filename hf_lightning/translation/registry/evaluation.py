@@ -1,7 +1,7 @@
 """Registry entries: evaluation, metrics, saving, Hub, best model and resume, Seq2Seq generation.
 
-These fields belong to features that land in later issues (see `registry/features.py`): until
-then a value that would change what `train()` does is refused, and the defaults are accepted.
+Hub support and the checkpoint on SIGTERM have not landed (see `registry/features.py`): until then a
+value of theirs that would change what `train()` does is refused, and the defaults are accepted.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from hf_lightning.translation.registry.core import (
     Context,
     Decision,
     FieldEntry,
+    always,
     equals,
     gated,
     honoured,
@@ -21,27 +22,11 @@ from hf_lightning.translation.registry.core import (
     warned,
 )
 
-_EVAL_ONLY = "used by evaluate()/predict(), which have not landed in hf_lightning yet; training is unaffected"
-_EVAL_FIX = "set eval_strategy='no' (the default) and evaluate after train() with your own code"
-
-
-def _eval_only(how_landed: str) -> Any:
-    """An evaluation-time field: no effect on `train()` while evaluation has not landed."""
-    return gated(
-        "evaluation",
-        is_neutral=lambda value, ctx: True,
-        how_landed=how_landed,
-        how_neutral=_EVAL_ONLY,
-        fix=_EVAL_FIX,
-    )
-
 
 def _eval_strategy(field: str, value: Any, ctx: Context) -> Decision:
     if value == "no":
         return honoured("no evaluation during training")
-    if ctx.landed("evaluation"):
-        return honoured("facade: evaluation at optimizer-step boundaries / epoch ends, after logging (R6.1)")
-    return refused(not_landed_message("evaluation", _EVAL_FIX))
+    return honoured("facade: evaluation at optimizer-step boundaries / epoch ends, after logging (R6.1)")
 
 
 def _during_training(how_landed: str) -> Any:
@@ -50,9 +35,7 @@ def _during_training(how_landed: str) -> Any:
     def handler(field: str, value: Any, ctx: Context) -> Decision:
         if ctx.get("eval_strategy") == "no":
             return not_applicable("eval_strategy is 'no'")
-        if ctx.landed("evaluation"):
-            return honoured(how_landed)
-        return not_applicable("see eval_strategy")
+        return honoured(how_landed)
 
     return handler
 
@@ -65,34 +48,20 @@ def _eval_steps(field: str, value: Any, ctx: Context) -> Decision:
 
 # ------------------------------------------------------------------ saving
 
-_SAVE_FIX = "set save_strategy='no' and call trainer.save_model() after train()"
-
 
 def _save_strategy(field: str, value: Any, ctx: Context) -> Decision:
     if value == "no":
         return honoured("no checkpoints during training")
-    if ctx.landed("checkpoints"):
-        return honoured("facade: checkpoints at optimizer-step boundaries / epoch ends (CKPT-3.6)")
-    if value == "steps":
-        return warned(
-            "checkpoint saving has not landed in hf_lightning yet: no checkpoints are written (the reference "
-            f"would save every {ctx.get('save_steps')} steps and at the last step); set save_strategy='no' "
-            "to silence this warning"
-        )
-    return refused(not_landed_message("checkpoints", _SAVE_FIX))
+    return honoured("facade: checkpoints at optimizer-step boundaries / epoch ends (CKPT-3.6)")
 
 
-def _save_option(default: Any, how_landed: str) -> Any:
+def _save_option(how_landed: str) -> Any:
     """A field read only when checkpoints are saved during training."""
 
     def handler(field: str, value: Any, ctx: Context) -> Decision:
         if ctx.get("save_strategy") == "no":
             return not_applicable("save_strategy is 'no'")
-        if ctx.landed("checkpoints"):
-            return honoured(how_landed)
-        if value == default:
-            return not_applicable("checkpoint saving has not landed yet (see save_strategy)")
-        return refused(not_landed_message("checkpoints", _SAVE_FIX))
+        return honoured(how_landed)
 
     return handler
 
@@ -132,32 +101,15 @@ def _hub_token(field: str, value: Any, ctx: Context) -> Decision:
 def _load_best_model_at_end(field: str, value: Any, ctx: Context) -> Decision:
     if not value:
         return honoured("the final model is the last one")
-    for feature in ("evaluation", "checkpoints"):
-        if not ctx.landed(feature):
-            return refused(not_landed_message(feature, "set load_best_model_at_end=False for now"))
     return honoured("facade: reloads the best checkpoint after training")
 
 
 def _best_metric_option(field: str, value: Any, ctx: Context) -> Decision:
     if value is None:
         return not_applicable("no metric chosen")
-    if ctx.landed("evaluation"):
-        return honoured(
-            "facade: compares evaluation metrics (best checkpoint, load_best_model_at_end, metric-driven schedules)"
-        )
-    return not_applicable("only read while evaluating, which has not landed in hf_lightning yet")
-
-
-def _resume_option(how_landed: str) -> Any:
-    def handler(field: str, value: Any, ctx: Context) -> Decision:
-        if ctx.landed("resume"):
-            return honoured(how_landed)
-        return not_applicable(
-            "only read when resuming from a checkpoint, which has not landed in hf_lightning yet "
-            "(train(resume_from_checkpoint=...) raises ValueError)"
-        )
-
-    return handler
+    return honoured(
+        "facade: compares evaluation metrics (best checkpoint, load_best_model_at_end, metric-driven schedules)"
+    )
 
 
 def _enable_jit_checkpoint(field: str, value: Any, ctx: Context) -> Decision:
@@ -171,17 +123,11 @@ def _enable_jit_checkpoint(field: str, value: Any, ctx: Context) -> Decision:
 # ------------------------------------------------------------------ seq2seq generation
 
 
-def _generation_option(default: Any) -> Any:
+def _generation_option() -> Any:
     """A Seq2Seq generation field: read by `HFLightningSeq2SeqTrainer` (the plain trainer ignores it, as the
     reference does)."""
 
     def handler(field: str, value: Any, ctx: Context) -> Decision:
-        if not ctx.landed("evaluation"):
-            return not_applicable(_EVAL_ONLY)
-        if not ctx.landed("generation"):
-            if value == default:
-                return not_applicable("generation during evaluation has not landed yet")
-            return refused(not_landed_message("generation", "set predict_with_generate=False"))
         if field == "generation_config":
             if value is None:
                 return not_applicable("the model's own generation_config is used")
@@ -214,111 +160,91 @@ def _sortish_sampler(field: str, value: Any, ctx: Context) -> Decision:
 
 
 ENTRIES: list[FieldEntry] = [
-    FieldEntry("eval_strategy", "no", _eval_strategy, "evaluation during training", feature="evaluation"),
-    FieldEntry("eval_steps", None, _eval_steps, "evaluation interval", feature="evaluation"),
+    FieldEntry("eval_strategy", "no", _eval_strategy, "evaluation during training"),
+    FieldEntry("eval_steps", None, _eval_steps, "evaluation interval"),
     FieldEntry(
         "eval_delay",
         0,
         _during_training("flow callback: no evaluation before this step / epoch"),
         "first evaluation step / epoch",
-        feature="evaluation",
     ),
     FieldEntry(
         "per_device_eval_batch_size",
         8,
-        _eval_only("dataloaders.py: batch size of the eval / test dataloaders"),
+        always("dataloaders.py: batch size of the eval / test dataloaders"),
         "eval dataloader batch size",
-        feature="evaluation",
     ),
     FieldEntry(
         "prediction_loss_only",
         False,
-        _eval_only("facade: evaluation returns only the loss"),
+        always("facade: evaluation returns only the loss"),
         "loss-only evaluation",
-        feature="evaluation",
     ),
     FieldEntry(
         "eval_on_start",
         False,
-        gated(
-            "evaluation",
-            is_neutral=equals(False),
-            how_landed="facade: one evaluation before the first update",
-            how_neutral="no evaluation before training",
-            fix="set eval_on_start=False",
-        ),
+        always("facade: one evaluation before the first update"),
         "evaluation before the first update",
-        feature="evaluation",
     ),
     FieldEntry(
         "eval_do_concat_batches",
         True,
-        _eval_only("facade: predictions concatenated across batches"),
+        always("facade: predictions concatenated across batches"),
         "concatenate predictions",
-        feature="evaluation",
     ),
     FieldEntry(
         "eval_use_gather_object",
         False,
-        _eval_only("facade: gathers arbitrary objects across processes"),
+        always("facade: gathers arbitrary objects across processes"),
         "gather Python objects",
-        feature="evaluation",
     ),
     FieldEntry(
         "eval_accumulation_steps",
         None,
-        _eval_only("facade: predictions moved to CPU every n eval steps"),
+        always("facade: predictions moved to CPU every n eval steps"),
         "offload predictions",
-        feature="evaluation",
     ),
     FieldEntry(
         "include_for_metrics",
         [],
-        _eval_only("facade: inputs / losses passed to compute_metrics"),
+        always("facade: inputs / losses passed to compute_metrics"),
         "extra inputs of compute_metrics",
-        feature="evaluation",
     ),
     FieldEntry(
         "batch_eval_metrics",
         False,
-        _eval_only("facade: compute_metrics called per batch"),
+        always("facade: compute_metrics called per batch"),
         "per-batch metrics",
-        feature="evaluation",
     ),
     FieldEntry(
         "save_only_model",
         False,
-        _save_option(False, "checkpoint.py: model weights only"),
+        _save_option("checkpoint.py: model weights only"),
         "checkpoints without optimizer state",
-        feature="checkpoints",
     ),
     FieldEntry(
         "save_strategy",
         "steps",
         _save_strategy,
         "checkpoints during training, written atomically",
-        feature="checkpoints",
     ),
     FieldEntry(
         "save_steps",
         500,
-        _save_option(500, "flow callback: saves when global_step % save_steps == 0 and at the end"),
+        _save_option("flow callback: saves when global_step % save_steps == 0 and at the end"),
         "save interval",
-        feature="checkpoints",
     ),
     FieldEntry(
         "save_on_each_node",
         False,
-        _save_option(False, "checkpoint.py: local rank 0 of every node saves"),
+        _save_option("checkpoint.py: local rank 0 of every node saves"),
         "which processes save",
-        feature="checkpoints",
     ),
     FieldEntry(
         "save_total_limit",
         None,
-        _save_option(None, "checkpoint.py: rotation, keeping the best (CKPT-3.9)"),
+        _save_option("checkpoint.py: rotation, keeping the best (CKPT-3.9)"),
         "checkpoint rotation",
-        feature="checkpoints",
     ),
     FieldEntry(
         "enable_jit_checkpoint", False, _enable_jit_checkpoint, "checkpoint on SIGTERM", feature="jit_checkpoint"
@@ -347,38 +273,34 @@ ENTRIES: list[FieldEntry] = [
         False,
         _load_best_model_at_end,
         "reload the best checkpoint (needs evaluation and checkpoints)",
-        feature="evaluation",
     ),
     FieldEntry(
         "metric_for_best_model",
         None,
         _best_metric_option,
         "metric that defines the best model",
-        feature="evaluation",
     ),
     FieldEntry(
-        "greater_is_better", None, _best_metric_option, "direction of that metric", feature="evaluation"
+        "greater_is_better", None, _best_metric_option, "direction of that metric"
     ),
     FieldEntry(
         "ignore_data_skip",
         False,
-        _resume_option(
+        always(
             "resume.py: when True the resumed epoch restarts from its first batch (global_step continues); "
             "when False the batches already trained on are skipped at the sampler level and the RNG restored "
             "after the first window, as the reference does"
         ),
         "resume without skipping batches",
-        feature="resume",
     ),
     FieldEntry(
         "restore_callback_states_from_checkpoint",
         False,
-        _resume_option(
+        always(
             "resume.py: each stateful callback stored in trainer_state.json is rebuilt as cls(**args) with its "
             "attributes and appended after the others; the stored TrainerControl replaces trainer.control"
         ),
         "restore callbacks on resume",
-        feature="resume",
     ),
 ]
 
@@ -389,29 +311,25 @@ SEQ2SEQ_ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "predict_with_generate",
         False,
-        _generation_option(False),
+        _generation_option(),
         "generate() in evaluate / predict",
-        feature="generation",
     ),
     FieldEntry(
         "generation_max_length",
         None,
-        _generation_option(None),
+        _generation_option(),
         "`max_length` for generate()",
-        feature="generation",
     ),
     FieldEntry(
         "generation_num_beams",
         None,
-        _generation_option(None),
+        _generation_option(),
         "`num_beams` for generate()",
-        feature="generation",
     ),
     FieldEntry(
         "generation_config",
         None,
-        _generation_option(None),
+        _generation_option(),
         "GenerationConfig for generate()",
-        feature="generation",
     ),
 ]

@@ -8,17 +8,10 @@ the "honoured" path for that feature's fields.
 
 from __future__ import annotations
 
-# feature name -> (landed, what it covers, in the user's words)
+# feature name -> (landed, what it covers, in the user's words); landed features leave the switchboard.
 FEATURES: dict[str, tuple[bool, str]] = {
-    "evaluation": (True, "evaluation (during training and through evaluate()/predict())"),
-    "checkpoints": (True, "checkpoint saving, rotation and the best model"),
-    "resume": (True, "resuming training from a checkpoint"),
     "jit_checkpoint": (False, "a checkpoint saved on SIGTERM"),
     "hub": (False, "Hugging Face Hub support"),
-    "memory_metrics": (True, "memory metrics (skip_memory_metrics=False)"),
-    "generation": (True, "generation during evaluation (predict_with_generate)"),
-    "fsdp": (True, "FSDP through Lightning's FSDP strategies"),
-    "deepspeed": (True, "DeepSpeed through Lightning's DeepSpeed strategy"),
 }
 
 

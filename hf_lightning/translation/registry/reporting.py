@@ -34,12 +34,12 @@ def _include_num_input_tokens_seen(field: str, value: Any, ctx: Context) -> Deci
     # the reference's __post_init__ maps bools; duck-typed arguments may still hold one
     mode = {True: "all", False: "no"}.get(value, value) if isinstance(value, bool) else value
     if mode == "no":
-        return honoured("no token counting", module_settings={"include_num_input_tokens_seen": "no"})
+        return honoured("no token counting", module={"include_num_input_tokens_seen": "no"})
     if mode not in ("all", "non_padding"):
         return refused("expected 'all', 'non_padding' or 'no'")
     return honoured(
         f"HFLightningModule: counts {'every' if mode == 'all' else 'non-padding'} input token; tokens/s logged",
-        module_settings={"include_num_input_tokens_seen": mode},
+        module={"include_num_input_tokens_seen": mode},
     )
 
 

@@ -23,12 +23,12 @@ def _full_determinism(field: str, value: Any, ctx: Context) -> Decision:
     if not value:
         return honoured(
             "facade: plain seeding (set_seed); Lightning's deterministic / benchmark left unset",
-            trainer_kwargs={"deterministic": None, "benchmark": None},
+            lightning={"deterministic": None, "benchmark": None},
         )
     return honoured(
         "facade: enable_full_determinism(seed) (env vars, deterministic algorithms, cuDNN); "
         "Lightning deterministic=True, benchmark=False",
-        trainer_kwargs={"deterministic": True, "benchmark": False},
+        lightning={"deterministic": True, "benchmark": False},
     )
 
 
@@ -58,7 +58,7 @@ def _use_cpu(field: str, value: Any, ctx: Context) -> Decision:
     reason = " (use_cpu=True)" if value else ""
     return honoured(
         f"Lightning accelerator={ctx.accelerator!r}, devices={devices}, num_nodes={env.num_nodes}: {where}{reason}",
-        trainer_kwargs=kwargs,
+        lightning=kwargs,
     )
 
 
@@ -88,7 +88,6 @@ def _accelerator_config(field: str, value: Any, ctx: Context) -> Decision:
         "dispatch_batches": config.get("dispatch_batches"),
         "even_batches": bool(config.get("even_batches", True)),
         "use_seedable_sampler": bool(config.get("use_seedable_sampler", True)),
-        "non_blocking": bool(config.get("non_blocking", False)),
         "sync_each_batch": bool(accumulation.get("sync_each_batch", False)),
     }
     if accumulation.get("num_steps") is not None and ctx.get("gradient_accumulation_steps") != 1:
@@ -99,7 +98,7 @@ def _accelerator_config(field: str, value: Any, ctx: Context) -> Decision:
     return honoured(
         "samplers.py / data.py: batch sharding and sampler options (R7.4); HFLightningModule: "
         "sync_each_batch (num_steps: see gradient_accumulation_steps)",
-        module_settings={"accelerator_config": settings},
+        module=settings,
     )
 
 
@@ -155,11 +154,7 @@ def _debug(field: str, value: Any, ctx: Context) -> Decision:
 def _skip_memory_metrics(field: str, value: Any, ctx: Context) -> Decision:
     if value:
         return honoured("no memory metrics")
-    if ctx.landed("memory_metrics"):
-        return honoured(
-            "memory.py: init/train/eval/test memory deltas added to the metrics (EVAL-2.13, R6.6)"
-        )
-    return refused("memory metrics have not landed in hf_lightning yet; set skip_memory_metrics=True")
+    return honoured("memory.py: init/train/eval/test memory deltas added to the metrics (EVAL-2.13, R6.6)")
 
 
 _SCRIPT_FLAG = "script flag: read by your script, not by the trainer (as in the reference)"
@@ -251,7 +246,6 @@ TAIL_ENTRIES: list[FieldEntry] = [
         True,
         _skip_memory_metrics,
         "`False`: the reference's memory keys (psutil, hf_lightning/engine/memory.py)",
-        feature="memory_metrics",
     ),
     FieldEntry("do_train", False, script_flag(_SCRIPT_FLAG), "script flag (no effect, as in the reference)"),
     FieldEntry("do_eval", False, script_flag(_SCRIPT_FLAG), "script flag (no effect, as in the reference)"),

@@ -22,7 +22,7 @@ from hf_lightning.translation.registry.core import (
 def _output_dir(field: str, value: Any, ctx: Context) -> Decision:
     return honoured(
         "facade: outputs, checkpoints and logs go here; Lightning default_root_dir",
-        trainer_kwargs={"default_root_dir": value},
+        lightning={"default_root_dir": value},
     )
 
 
@@ -52,12 +52,7 @@ _METRIC_DRIVEN_SCHEDULES = ("reduce_lr_on_plateau", "greedy")
 
 def _lr_scheduler_type(field: str, value: Any, ctx: Context) -> Decision:
     if value in _METRIC_DRIVEN_SCHEDULES:
-        if ctx.landed("evaluation"):
-            return honoured("schedulers.py: stepped with metric_for_best_model after each evaluation")
-        return refused(
-            f"the {value!r} schedule is stepped with evaluation metrics, and evaluation has not landed in "
-            "hf_lightning yet; use a step-based schedule such as 'linear' or 'cosine' for now"
-        )
+        return honoured("schedulers.py: stepped with metric_for_best_model after each evaluation")
     return honoured(
         "schedulers.py: stepped by the LightningModule after each optimizer update "
         "(not after an fp16 step the scaler skipped)"
@@ -104,7 +99,7 @@ def _gradient_accumulation_steps(field: str, value: Any, ctx: Context) -> Decisi
     return honoured(
         f"HFLightningModule: one training_step pulls a window of {steps} micro-batch(es) and makes one "
         f"update{source} (Lightning accumulate_grad_batches=1)",
-        module_settings={"gradient_accumulation_steps": steps},
+        module={"gradient_accumulation_steps": steps},
     )
 
 
@@ -115,9 +110,9 @@ def _average_tokens_across_devices(field: str, value: Any, ctx: Context) -> Deci
             "loss.py: num_items_in_batch summed over processes and the loss multiplied by the world size"
             if value
             else "loss.py: num_items_in_batch counted per process",
-            module_settings=settings,
+            module=settings,
         )
-    return not_applicable("one process: nothing to average across", module_settings=settings)
+    return not_applicable("one process: nothing to average across", module=settings)
 
 
 def _max_grad_norm(field: str, value: Any, ctx: Context) -> Decision:
@@ -126,12 +121,12 @@ def _max_grad_norm(field: str, value: Any, ctx: Context) -> Decision:
         if value is not None and value > 0
         else "HFLightningModule: no clipping; the gradient norm is still computed and logged"
     )
-    return honoured(how, module_settings={"max_grad_norm": value})
+    return honoured(how, module={"max_grad_norm": value})
 
 
 def _label_smoothing_factor(field: str, value: Any, ctx: Context) -> Decision:
     how = "loss.py: label smoother with this epsilon" if value else "no label smoothing"
-    return honoured(how, module_settings={"label_smoothing_factor": value})
+    return honoured(how, module={"label_smoothing_factor": value})
 
 
 # ------------------------------------------------------------------ precision
@@ -156,7 +151,8 @@ def _bf16(field: str, value: Any, ctx: Context) -> Decision:
     return honoured(
         "bf16 autocast around the model's forward only, outputs cast to float32 (R7.6); Lightning runs "
         "'32-true' since its 'bf16-mixed' would autocast the whole step (precision.py)",
-        trainer_kwargs={"precision": "bf16-mixed"},
+        lightning={"precision": "bf16-mixed"},
+        module={"forward_autocast": "bf16"},
     )
 
 
@@ -169,34 +165,31 @@ def _fp16(field: str, value: Any, ctx: Context) -> Decision:
         return honoured(
             "Lightning precision='32-true': the reference runs fp16 on CPU without autocast or scaler "
             "(accelerate disables fp16 AMP on CPU)",
-            trainer_kwargs={"precision": "32-true"},
+            lightning={"precision": "32-true"},
         )
     return honoured(
         "fp16 autocast around the model's forward only (R7.6); Lightning's 16-mixed plugin keeps the "
         "gradient scaler without its step-wide autocast; the LR schedule does not step when the scaler "
         "skips an update (precision.py)",
-        trainer_kwargs={"precision": "16-mixed"},
+        lightning={"precision": "16-mixed"},
+        module={"forward_autocast": "fp16"},
     )
 
 
 def _full_eval(field: str, value: Any, ctx: Context) -> Decision:
-    if ctx.landed("evaluation"):
-        if value:
-            return honoured("facade: evaluate()/predict() outside training cast the model in place")
-        return honoured("evaluation runs in the training dtype")
-    return not_applicable("used by evaluate()/predict(), which have not landed in hf_lightning yet")
+    if value:
+        return honoured("facade: evaluate()/predict() outside training cast the model in place")
+    return honoured("evaluation runs in the training dtype")
 
 
 def _tf32(field: str, value: Any, ctx: Context) -> Decision:
     if value is None:
-        return honoured("TF32 mode left as it is", module_settings={"tf32": None})
+        return honoured("TF32 mode left as it is")
     if value and ctx.accelerator != "gpu":
         return refused("TF32 needs an Ampere or newer CUDA GPU; none is in use. Leave tf32=None")
     state = "on" if value else "off"
-    return honoured(
-        f"facade: TF32 matmul mode switched {state} when the trainer is built",
-        module_settings={"tf32": value},
-    )
+    # The arguments switch the mode when they are built (as the reference's do); nothing is left to plan.
+    return honoured(f"facade: TF32 matmul mode switched {state} when the trainer is built")
 
 
 # ------------------------------------------------------------------ activation checkpointing
@@ -204,10 +197,10 @@ def _tf32(field: str, value: Any, ctx: Context) -> Decision:
 
 def _activation_checkpointing(field: str, value: Any, ctx: Context) -> Decision:
     if not value:
-        return honoured("off", module_settings={"activation_checkpointing": False})
+        return honoured("off", module={"activation_checkpointing": False})
     return honoured(
         "facade: model.activation_checkpointing_enable(...) (or gradient_checkpointing_enable) at train()",
-        module_settings={"activation_checkpointing": True},
+        module={"activation_checkpointing": True},
     )
 
 
@@ -216,7 +209,7 @@ def _activation_checkpointing_kwargs(field: str, value: Any, ctx: Context) -> De
         return not_applicable("activation_checkpointing is off")
     return honoured(
         "facade: every_n_layers / offload and the rest passed to the enable call",
-        module_settings={"activation_checkpointing_kwargs": value},
+        module={"activation_checkpointing_kwargs": value},
     )
 
 
@@ -229,10 +222,10 @@ def _gradient_checkpointing_alias(field: str, value: Any, ctx: Context) -> Decis
 
 def _torch_compile(field: str, value: Any, ctx: Context) -> Decision:
     if not value:
-        return honoured("no compilation", module_settings={"torch_compile": False})
+        return honoured("no compilation", module={"torch_compile": False})
     return honoured(
         "facade: torch.compile(model, backend, mode) when the model is prepared",
-        module_settings={
+        module={
             "torch_compile": True,
             "torch_compile_backend": ctx.get("torch_compile_backend"),
             "torch_compile_mode": ctx.get("torch_compile_mode"),
@@ -270,18 +263,18 @@ def _neftune_noise_alpha(field: str, value: Any, ctx: Context) -> Decision:
         return honoured("no NEFTune noise")
     return honoured(
         "facade: NEFTune noise hook on the input embeddings during training",
-        module_settings={"neftune_noise_alpha": value},
+        module={"neftune_noise_alpha": value},
     )
 
 
 def _torch_empty_cache_steps(field: str, value: Any, ctx: Context) -> Decision:
     if value is None:
         return honoured(
-            "the device cache is never emptied", module_settings={"torch_empty_cache_steps": None}
+            "the device cache is never emptied", module={"torch_empty_cache_steps": None}
         )
     return honoured(
         "HFLightningModule: empties the device cache in micro-steps taken while global_step % n == 0",
-        module_settings={"torch_empty_cache_steps": value},
+        module={"torch_empty_cache_steps": value},
     )
 
 
@@ -380,8 +373,8 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "fp16", False, _fp16, "Lightning `precision='16-mixed'` on GPU; `'32-true'` on CPU, as the reference"
     ),
-    FieldEntry("bf16_full_eval", False, _full_eval, "bf16 evaluation outside training", feature="evaluation"),
-    FieldEntry("fp16_full_eval", False, _full_eval, "fp16 evaluation outside training", feature="evaluation"),
+    FieldEntry("bf16_full_eval", False, _full_eval, "bf16 evaluation outside training"),
+    FieldEntry("fp16_full_eval", False, _full_eval, "fp16 evaluation outside training"),
     FieldEntry("tf32", None, _tf32, "TF32 matmul mode (refused without a CUDA GPU)"),
     FieldEntry(
         "activation_checkpointing",

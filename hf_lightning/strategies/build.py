@@ -1,0 +1,56 @@
+"""The `strategy=` value for `lightning.Trainer`, built from the plan's `StrategyPlan` and the model."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hf_lightning.strategies.process_group import process_group_kwargs
+
+if TYPE_CHECKING:
+    from hf_lightning.translation.plan import Plan
+
+
+def resolve_ddp_kwargs(plan: Plan, model: Any) -> dict[str, Any]:
+    """`DDPStrategy` kwargs with the model-dependent `find_unused_parameters` default filled in."""
+    strategy = plan.strategy
+    if strategy is None or strategy.name != "ddp":
+        raise ValueError("the plan does not use DDP")
+    kwargs = process_group_kwargs(strategy)
+    # DDP's own options are passed only when set, so DDP's defaults apply otherwise (as in the reference).
+    options = {
+        "bucket_cap_mb": strategy.bucket_cap_mb,
+        "broadcast_buffers": strategy.broadcast_buffers,
+        "static_graph": strategy.static_graph,
+    }
+    kwargs.update({name: value for name, value in options.items() if value is not None})
+    if strategy.find_unused_parameters is not None:
+        kwargs["find_unused_parameters"] = strategy.find_unused_parameters
+    elif any(cls.__name__ == "PreTrainedModel" for cls in type(model).__mro__):
+        # Duck-typed so transformers stays optional: a PreTrainedModel anywhere in the MRO.
+        checkpointing = getattr(model, "is_activation_checkpointing", None)
+        if checkpointing is None:  # transformers before the v5 rename
+            checkpointing = getattr(model, "is_gradient_checkpointing", False)
+        kwargs["find_unused_parameters"] = not (bool(checkpointing) or plan.module.activation_checkpointing)
+    else:
+        kwargs["find_unused_parameters"] = True
+    return kwargs
+
+
+def build_strategy(plan: Plan, model: Any) -> Any:
+    """The `strategy=` value for `lightning.Trainer`: "auto" or a Lightning strategy object."""
+    if plan.strategy is None:
+        return "auto"
+    name = plan.strategy.name
+    if name == "ddp":
+        from hf_lightning.strategies.ddp import MicroBatchDDPStrategy
+
+        return MicroBatchDDPStrategy(**resolve_ddp_kwargs(plan, model))
+    if name in ("fsdp", "fsdp2"):
+        from hf_lightning.strategies.fsdp.strategy import build_fsdp_strategy
+
+        return build_fsdp_strategy(plan, model)
+    if name == "deepspeed":
+        from hf_lightning.strategies.deepspeed.strategy import build_deepspeed_strategy
+
+        return build_deepspeed_strategy(plan, model)
+    raise NotImplementedError(f"building the {name!r} strategy lands with its feature")

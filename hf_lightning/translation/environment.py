@@ -1,0 +1,92 @@
+"""`Environment`: the snapshot of the machine and the launcher that `translate` reads."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Optional packages whose presence changes a decision (liger kernels, DeepSpeed).
+OPTIONAL_PACKAGES = ("liger_kernel", "deepspeed")
+_LAUNCHER_VARS = ("LOCAL_RANK", "RANK")
+# Device switches the translation reads, as the arguments' `device` does.
+_DEVICE_ENV_VARS = ("ACCELERATE_USE_CPU",)
+# Non-secret environment variables the logger specs read (`hf_lightning.integrations.loggers`).
+LOGGER_ENV_VARS = (
+    "TENSORBOARD_LOGGING_DIR",
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_EXPERIMENT_NAME",
+    "MLFLOW_TAGS",
+    "MLFLOW_RUN_ID",
+    "MLFLOW_NESTED_RUN",
+    "HF_MLFLOW_LOG_ARTIFACTS",
+    "WANDB_MODE",
+    "WANDB_PROJECT",
+    "WANDB_DIR",
+    "WANDB_LOG_MODEL",
+    "WANDB_WATCH",
+    "COMET_PROJECT_NAME",
+    "COMET_MODE",
+)
+
+
+def installed_logger_backends(find_spec: Any = None) -> frozenset[str]:
+    """Which logger backends are importable (used by `Environment.detect`)."""
+    import importlib.util
+
+    find = find_spec or importlib.util.find_spec
+    found = set()
+    if find("tensorboard") is not None or find("tensorboardX") is not None:
+        found.add("tensorboard")
+    for name in ("mlflow", "wandb", "comet_ml", "neptune"):
+        if find(name) is not None:
+            found.add(name)
+    return frozenset(found)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What the machine and the launcher provide; the defaults describe one CPU process."""
+
+    cuda_available: bool = False
+    cuda_device_count: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    num_nodes: int = 1
+    process_index: int = 0
+    is_distributed_launch: bool = False
+    mps_available: bool = False
+    installed_loggers: frozenset[str] = frozenset()
+    installed_packages: frozenset[str] = frozenset()
+    # Non-secret variables the logger specs read (see `LOGGER_ENV_VARS`).
+    environ: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def detect(cls) -> Environment:
+        """Read torch and the launcher's environment variables (torchrun / accelerate launch)."""
+        import importlib.util
+
+        import torch
+
+        cuda = torch.cuda.is_available()
+        launched = "WORLD_SIZE" in os.environ and any(name in os.environ for name in _LAUNCHER_VARS)
+        world_size = int(os.environ["WORLD_SIZE"]) if launched else 1
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) if launched else 1
+        return cls(
+            cuda_available=cuda,
+            cuda_device_count=torch.cuda.device_count() if cuda else 0,
+            world_size=world_size,
+            local_world_size=local_world_size,
+            num_nodes=max(1, world_size // max(1, local_world_size)),
+            process_index=int(os.environ.get("RANK", 0)) if launched else 0,
+            is_distributed_launch=launched,
+            mps_available=bool(torch.backends.mps.is_available()),
+            installed_loggers=installed_logger_backends(),
+            installed_packages=frozenset(
+                name for name in OPTIONAL_PACKAGES if importlib.util.find_spec(name) is not None
+            ),
+            environ={
+                name: os.environ[name] for name in (*LOGGER_ENV_VARS, *_DEVICE_ENV_VARS) if name in os.environ
+            },
+        )
