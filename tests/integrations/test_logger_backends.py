@@ -30,7 +30,8 @@ from hf_lightning.integrations.loggers import (
     resolve_wandb_mode,
     wandb_credentials_configured,
 )
-from hf_lightning.translation.translate import Environment, translate
+from hf_lightning.translation.environment import Environment
+from hf_lightning.translation.translate import translate
 from tests.parity.models import make_regression_mlp, regression_data
 
 SECRET = "secret-token-123"

@@ -28,7 +28,8 @@ from hf_lightning.strategies.deepspeed.config import (
     load_deepspeed_config,
     resolve_deepspeed_config,
 )
-from hf_lightning.translation.translate import Environment, translate
+from hf_lightning.translation.environment import Environment
+from hf_lightning.translation.translate import translate
 
 GPU = Environment(cuda_available=True, cuda_device_count=1, installed_packages=frozenset({"deepspeed"}))
 

@@ -133,7 +133,7 @@ def _build(side: str, config: dict, output_dir: Path, **extra_args) -> object:
 
     from hf_lightning import TrainingArguments
     from hf_lightning.engine.trainer import HFLightningTrainer
-    from hf_lightning.translation.translate import Environment
+    from hf_lightning.translation.environment import Environment
     from tests.parity.models import classification_data, make_tiny_bert_classifier
 
     model, data = make_tiny_bert_classifier(), classification_data(12)
@@ -458,7 +458,7 @@ class _RecordingModel(torch.nn.Module):
 def _recording_trainer(tmp_path, monkeypatch, deepspeed: dict | None):
     from hf_lightning import TrainingArguments
     from hf_lightning.engine.trainer import HFLightningTrainer
-    from hf_lightning.translation.translate import Environment
+    from hf_lightning.translation.environment import Environment
 
     args = TrainingArguments(
         output_dir=str(tmp_path), bf16=True, use_cpu=True, deepspeed=deepspeed, report_to="none"

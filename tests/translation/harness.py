@@ -23,7 +23,9 @@ from torch import nn
 
 from hf_lightning import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainerCallback, TrainingArguments
 from hf_lightning.callbacks.state import ExportableState
-from hf_lightning.translation.translate import Environment, build_strategy, translate
+from hf_lightning.strategies.build import build_strategy
+from hf_lightning.translation.environment import Environment
+from hf_lightning.translation.translate import translate
 from tests.parity.models import (
     ListDataset,
     RegressionMLP,

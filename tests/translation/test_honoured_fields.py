@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from hf_lightning import PrinterCallback, ProgressCallback, Seq2SeqTrainingArguments, TrainingArguments
-from hf_lightning.translation.translate import Environment, translate
+from hf_lightning.translation.environment import Environment
+from hf_lightning.translation.translate import translate
 from tests.parity.models import regression_data
 from tests.translation.harness import (
     BASE_ARGS,

@@ -19,15 +19,12 @@ from hf_lightning.integrations.logger_adapters import rewrite_logs
 from hf_lightning.integrations.loggers import build_loggers, default_logdir
 from hf_lightning.strategies.build import build_strategy, resolve_ddp_kwargs
 from hf_lightning.strategies.process_group import process_group_kwargs
+from hf_lightning.translation.environment import Environment
+from hf_lightning.translation.plan import Plan
 from hf_lightning.translation.registry import features
 from hf_lightning.translation.registry.core import STATUSES
 from hf_lightning.translation.registry.distributed import fsdp_config
-from hf_lightning.translation.translate import (
-    Environment,
-    Plan,
-    explain,
-    translate,
-)
+from hf_lightning.translation.translate import explain, translate
 
 CPU = Environment(installed_loggers=frozenset({"tensorboard"}))
 ONE_GPU = Environment(cuda_available=True, cuda_device_count=1, installed_loggers=frozenset({"tensorboard"}))
