@@ -260,7 +260,7 @@ def _instrument(mp: pytest.MonkeyPatch, run: Run) -> None:
         to_cpu(self)
 
     mp.setattr(torch, "compile", fake_compile)
-    mp.setattr(step_methods, "_clear_device_cache", count_clear)
+    mp.setattr(step_methods, "empty_device_cache", count_clear)
     mp.setattr(EvalLoopContainer, "to_cpu_and_numpy", count_to_cpu)
 
 
