@@ -9,10 +9,11 @@ from __future__ import annotations
 import copy
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-__all__ = ["AcceleratorConfig", "to_accelerator_config"]
+__all__ = ["AcceleratorConfig", "fold_num_steps_into_arguments", "to_accelerator_config"]
 
 
 @dataclass
@@ -130,3 +131,21 @@ def to_accelerator_config(value: Any) -> AcceleratorConfig:
 def _looks_like_foreign_accelerator_config(value: Any) -> bool:
     """True for an AcceleratorConfig of another package (duck-typed: same class name and a ``to_dict``)."""
     return type(value).__name__ == "AcceleratorConfig" and callable(getattr(value, "to_dict", None))
+
+
+def fold_num_steps_into_arguments(args: Any) -> None:
+    """What the reference's trainer writes into its arguments when it is built: `num_steps` of
+    `gradient_accumulation_kwargs` (allowed only with `gradient_accumulation_steps=1`) becomes
+    `args.gradient_accumulation_steps`, and the kwargs then say `num_steps=1`, since the trainer, not
+    accelerate, accumulates. `trainer.args`, `training_args.bin` and a later trainer on the same arguments
+    therefore see what they see under the reference (which refuses `num_steps` next to a window > 1)."""
+    config = getattr(args, "accelerator_config", None)
+    if isinstance(config, Mapping):
+        kwargs = config.get("gradient_accumulation_kwargs")
+    else:
+        kwargs = getattr(config, "gradient_accumulation_kwargs", None)
+    if kwargs is None:
+        return
+    if "num_steps" in kwargs and args.gradient_accumulation_steps == 1:
+        args.gradient_accumulation_steps = kwargs["num_steps"]
+    kwargs["num_steps"] = 1

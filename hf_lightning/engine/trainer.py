@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import hf_lightning.data.dataloaders as dataloaders
 import hf_lightning.data.model_inputs as data_layer
+from hf_lightning.args.accelerator_config import fold_num_steps_into_arguments
 from hf_lightning.args.enums import enum_value
 from hf_lightning.args.training_args import TrainingArguments, as_training_arguments
 from hf_lightning.callbacks import (
@@ -142,6 +143,7 @@ class HFLightningTrainer(
 
         # Refusals of unsupported fields surface here, before any training starts.
         self.plan = translate(args)
+        fold_num_steps_into_arguments(args)
         # The planned settings the facade keeps under the reference's attribute names.
         self.label_smoother = self._build_label_smoother()
         self.neftune_noise_alpha = self.plan.module.neftune_noise_alpha

@@ -31,9 +31,11 @@ def test_num_steps_sets_the_accumulation_window(tmp_path):
     assert_parity(result)
     assert result.ours.trainer.state.global_step == 4
     assert [entry["step"] for entry in result.ours.log_history[:-1]] == [1, 2, 3, 4]
-    # Documented divergence: the reference writes the window into its arguments, ours plan it.
-    assert result.reference.trainer.args.gradient_accumulation_steps == 2
-    assert result.ours.trainer.args.gradient_accumulation_steps == 1
+    # Both trainers write the window into their arguments and num_steps=1 into the kwargs, as the reference's
+    # constructor does; the plan holds the same window.
+    for side in (result.reference, result.ours):
+        assert side.trainer.args.gradient_accumulation_steps == 2
+        assert side.trainer.args.accelerator_config.gradient_accumulation_kwargs["num_steps"] == 1
     assert result.ours.trainer.plan.module.gradient_accumulation_steps == 2
 
 
@@ -88,3 +90,24 @@ def test_sync_each_batch_never_enters_no_sync(tmp_path):
     # 8 micro-batches in windows of 4: three of each four skip the all-reduce, unless every batch syncs.
     assert _no_sync_entries(tmp_path / "default") == 6
     assert _no_sync_entries(tmp_path / "each", sync_each_batch=True) == 0
+
+
+def test_a_second_trainer_on_folded_arguments_is_refused_like_the_reference(tmp_path):
+    # After the first trainer folded num_steps into the arguments, they hold a window of 2 next to num_steps=1:
+    # the reference's constructor refuses that combination, and so does ours (naming the two settings).
+    import pytest
+    import transformers
+
+    def build(trainer_cls, args_cls):
+        args = args_cls(
+            output_dir=str(tmp_path), use_cpu=True, report_to="none", accelerator_config=_accumulation(num_steps=2)
+        )
+        trainer_cls(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
+        return args
+
+    reference_args = build(transformers.Trainer, transformers.TrainingArguments)
+    with pytest.raises(ValueError, match="num_steps"):
+        transformers.Trainer(model=make_regression_mlp(), args=reference_args, train_dataset=regression_data(8))
+    our_args = build(HFLightningTrainer, TrainingArguments)
+    with pytest.raises(ValueError, match="num_steps"):
+        HFLightningTrainer(model=make_regression_mlp(), args=our_args, train_dataset=regression_data(8))
