@@ -308,9 +308,10 @@ def main(argv: list[str] | None = None) -> int:
 def build_trainer(run_config: RunConfig, stage: str) -> tuple[Any, Any]:
     """The facade for one stage, with the datasets the stage needs and the Lightning overrides set."""
     from hf_lightning.cli.data_sources import resolve_data
-    from hf_lightning.cli.files import load_checkpoint_weights, resolve_checkpoint
+    from hf_lightning.cli.files import checkpoint_progress, load_checkpoint_weights, resolve_checkpoint
 
     parts = resolve_data(run_config.data, stage)
+    folder = None
     if stage != "fit" and run_config.ckpt_path is not None:
         try:
             folder = resolve_checkpoint(run_config.ckpt_path, run_config.args.output_dir)
@@ -335,6 +336,10 @@ def build_trainer(run_config: RunConfig, stage: str) -> tuple[Any, Any]:
     except ValueError as error:
         raise CLIConfigError(str(error)) from None
     trainer.lightning_trainer_overrides = run_config.lightning_overrides
+    progress = checkpoint_progress(folder) if folder is not None else None
+    if progress is not None:
+        # Metrics of a loaded checkpoint carry its epoch and step, as Lightning's validate(ckpt_path=...) does.
+        trainer.state.epoch, trainer.state.global_step = progress
     return trainer, parts
 
 
@@ -369,7 +374,8 @@ def validate_command(run_config: RunConfig) -> CLIRun:
         raise CLIConfigError(f"data: {type(run_config.data).__name__} has no eval_dataset to validate on.")
     metrics = trainer.evaluate()
     result = CLIRun("validate", trainer, metrics=dict(metrics))
-    _report(trainer, "eval", metrics, result)
+    # validate_results.json, outside all_results.json: fit's eval_results.json / all_results.json stay fit's.
+    _report(trainer, "eval", metrics, result, file_split="validate", combined=False)
     return result
 
 
@@ -416,12 +422,21 @@ COMMANDS = {
 }
 
 
-def _report(trainer: Any, split: str, metrics: Mapping[str, Any], result: CLIRun) -> None:
-    """Print the metrics the reference's way and save `{split}_results.json` (plus `all_results.json`)."""
+def _report(
+    trainer: Any,
+    split: str,
+    metrics: Mapping[str, Any],
+    result: CLIRun,
+    file_split: str | None = None,
+    combined: bool = True,
+) -> None:
+    """Print the metrics the reference's way and save `{file_split or split}_results.json` (and, when
+    `combined`, merge them into `all_results.json`)."""
+    file_split = file_split or split
     trainer.log_metrics(split, dict(metrics))
-    trainer.save_metrics(split, dict(metrics))
+    trainer.save_metrics(file_split, dict(metrics), combined=combined)
     if trainer.is_world_process_zero():
-        result.files.append(os.path.join(trainer.args.output_dir, f"{split}_results.json"))
+        result.files.append(os.path.join(trainer.args.output_dir, f"{file_split}_results.json"))
 
 
 def _save_plot(trainer: Any) -> str | None:
