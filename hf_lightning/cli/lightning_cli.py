@@ -73,10 +73,13 @@ def build_parser() -> Any:
     """The jsonargparse parser: one subcommand per entry of SUBCOMMANDS, all with the same sections."""
     from jsonargparse import ArgumentParser
 
+    from hf_lightning.cli.help_text import HelpFormatter
+
     parser = ArgumentParser(
         prog="hf-lightning",
         description="Run a Hugging Face Trainer configuration on PyTorch Lightning's engine.",
         exit_on_error=False,
+        formatter_class=HelpFormatter,
     )
     subcommands = parser.add_subcommands(required=True, dest="subcommand")
     for name, help_text in SUBCOMMANDS.items():
@@ -93,10 +96,21 @@ def _subcommand_parser(name: str, help_text: str) -> Any:
 
     from hf_lightning.args.training_args import Seq2SeqTrainingArguments
     from hf_lightning.cli.data_sources import DataSource
+    from hf_lightning.cli.help_text import HelpFormatter, describe_dataclass_options
     from hf_lightning.engine.lightning_bridge import SAFE_LIGHTNING_OVERRIDES
     from hf_lightning.engine.trainer import HFLightningTrainer
 
-    parser = ArgumentParser(prog=f"hf-lightning {name}", description=help_text, exit_on_error=False)
+    parser = ArgumentParser(
+        prog=f"hf-lightning {name}",
+        # One line instead of argparse's list of all ~130 options (they are described below it).
+        usage=(
+            f"hf-lightning {name} [-h] [-c CONFIG] [--print_config] [--args.FIELD VALUE ...] --model CLASS_PATH "
+            "--data CLASS_PATH [--trainer.KEY VALUE ...] [--trainer_class CLASS_PATH] [--ckpt_path PATH]"
+        ),
+        description=help_text,
+        exit_on_error=False,
+        formatter_class=HelpFormatter,
+    )
     parser.add_argument(
         "-c",
         "--config",
@@ -110,6 +124,7 @@ def _subcommand_parser(name: str, help_text: str) -> Any:
         help="the trainer class (a subclass of HFLightningSeq2SeqTrainer makes args Seq2SeqTrainingArguments)",
     )
     parser.add_class_arguments(Seq2SeqTrainingArguments, "args", instantiate=False, sub_configs=True)
+    describe_dataclass_options(parser, Seq2SeqTrainingArguments, "args")
     parser.add_argument(
         "--model",
         type=nn.Module,
