@@ -2,6 +2,11 @@
 
 It trains the tiny transformer of hf_lightning's embedded task (generated data, in-process tokenizer,
 nothing downloaded). Run: `python examples/train_classifier.py --output_dir out --max_steps 60`.
+
+The model is a plain `nn.Module`, so `save_model` writes only its weights (`model.safetensors`) and the
+tokenizer, as transformers.Trainer does for such a model; the script adds the model's `config.json`, and
+`TinyTransformerClassifier.from_pretrained(output_dir)` / `EmbeddedTokenizer.from_pretrained(output_dir)`
+reload both.
 """
 
 from __future__ import annotations
@@ -34,6 +39,12 @@ def main() -> None:
     print(trainer.train())
     print(trainer.evaluate())
     trainer.save_model(cli.output_dir)
+    run["model"].save_config(cli.output_dir)  # a plain nn.Module has no config for save_model to write
+    print(
+        "reload with: from hf_lightning.cli.embedded import EmbeddedTokenizer, TinyTransformerClassifier\n"
+        f"             TinyTransformerClassifier.from_pretrained({cli.output_dir!r})\n"
+        f"             EmbeddedTokenizer.from_pretrained({cli.output_dir!r})"
+    )
 
 
 if __name__ == "__main__":

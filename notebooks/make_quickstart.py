@@ -83,7 +83,7 @@ cells = [
         "## 6. Training curves\n"
         "\n"
         "`trainer.state.log_history` holds every logged entry; `plot_log_history` draws the losses, the "
-        "evaluation metrics and the learning rate against the step (`pip install hf-lightning[plot]`)."
+        "evaluation metrics and the learning rate against the step (`pip install -e \".[plot]\"` from the checkout)."
     ),
     new_code_cell(
         "%matplotlib inline\n"

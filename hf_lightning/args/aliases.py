@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from hf_lightning.args.enums import enum_value
 from hf_lightning.args.fields import convert_str_dict
+from hf_lightning.args.user_warnings import user_stacklevel
 
 __all__ = ["ALIAS_ATTRIBUTE_DEFAULTS", "V4_ALIASES", "fold_v4_aliases", "with_v4_aliases"]
 
@@ -335,7 +336,7 @@ def fold_v4_aliases(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
             f"`{alias}` is a transformers v4 argument; hf_lightning translates it to {replacement}. "
             "Use the v5 name instead.",
             FutureWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
         if not _is_unset(value, unset_values):
             handler(fold, alias, value)
@@ -346,7 +347,7 @@ def fold_v4_aliases(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
         warnings.warn(
             f'`optim="{optim}"` was removed in transformers v5; using "{replacement}" ({why}).',
             FutureWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
         fold.kwargs["optim"] = replacement
     if "report_to" in fold.kwargs and fold.kwargs["report_to"] is None:

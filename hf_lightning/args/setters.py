@@ -10,6 +10,7 @@ import warnings
 from typing import TypeVar
 
 from hf_lightning.args.enums import HubStrategy, IntervalStrategy, OptimizerNames, SaveStrategy, SchedulerType
+from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.args.validation import to_enum
 
 __all__ = ["TrainingArgumentsSetters"]
@@ -46,7 +47,7 @@ class TrainingArgumentsSetters:
                 "`gradient_checkpointing` is deprecated and will be removed in v6. Use `activation_checkpointing` "
                 "instead.",
                 FutureWarning,
-                stacklevel=2,
+                stacklevel=user_stacklevel(),
             )
             activation_checkpointing = gradient_checkpointing
         self.activation_checkpointing = self.gradient_checkpointing = activation_checkpointing

@@ -37,6 +37,7 @@ from hf_lightning.args.fields import TrainingArgumentsFields, convert_str_dict
 from hf_lightning.args.parallel import process_fsdp_args
 from hf_lightning.args.process import TrainingArgumentsProcess, mps_available, transformers_verbosity
 from hf_lightning.args.setters import TrainingArgumentsSetters
+from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.args.validation import (
     check_eval_steps_available,
     check_tf32_supported,
@@ -134,7 +135,7 @@ class TrainingArguments(TrainingArgumentsSetters, TrainingArgumentsProcess, Trai
                 warnings.warn(
                     f"`{old}` is deprecated and will be removed in v6. Use `{new}` instead.",
                     FutureWarning,
-                    stacklevel=4,
+                    stacklevel=user_stacklevel(),
                 )
                 setattr(self, new, getattr(self, old))
             setattr(self, old, getattr(self, new))

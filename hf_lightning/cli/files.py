@@ -50,6 +50,16 @@ def resolve_checkpoint(ckpt_path: str, output_dir: str) -> str:
     return ckpt_path
 
 
+def checkpoint_progress(folder: str) -> tuple[float | None, int] | None:
+    """The (epoch, global_step) a checkpoint's `trainer_state.json` records; None when the folder has none."""
+    path = os.path.join(folder, "trainer_state.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as file:
+        state = json.load(file)
+    return state.get("epoch"), int(state.get("global_step") or 0)
+
+
 def load_checkpoint_weights(model: Any, folder: str) -> None:
     """Load the model weights of `folder` into `model`; keys that do not fit raise ValueError.
 

@@ -73,10 +73,13 @@ def build_parser() -> Any:
     """The jsonargparse parser: one subcommand per entry of SUBCOMMANDS, all with the same sections."""
     from jsonargparse import ArgumentParser
 
+    from hf_lightning.cli.help_text import HelpFormatter
+
     parser = ArgumentParser(
         prog="hf-lightning",
         description="Run a Hugging Face Trainer configuration on PyTorch Lightning's engine.",
         exit_on_error=False,
+        formatter_class=HelpFormatter,
     )
     subcommands = parser.add_subcommands(required=True, dest="subcommand")
     for name, help_text in SUBCOMMANDS.items():
@@ -93,10 +96,21 @@ def _subcommand_parser(name: str, help_text: str) -> Any:
 
     from hf_lightning.args.training_args import Seq2SeqTrainingArguments
     from hf_lightning.cli.data_sources import DataSource
+    from hf_lightning.cli.help_text import HelpFormatter, describe_dataclass_options
     from hf_lightning.engine.lightning_bridge import SAFE_LIGHTNING_OVERRIDES
     from hf_lightning.engine.trainer import HFLightningTrainer
 
-    parser = ArgumentParser(prog=f"hf-lightning {name}", description=help_text, exit_on_error=False)
+    parser = ArgumentParser(
+        prog=f"hf-lightning {name}",
+        # One line instead of argparse's list of all ~130 options (they are described below it).
+        usage=(
+            f"hf-lightning {name} [-h] [-c CONFIG] [--print_config] [--args.FIELD VALUE ...] --model CLASS_PATH "
+            "--data CLASS_PATH [--trainer.KEY VALUE ...] [--trainer_class CLASS_PATH] [--ckpt_path PATH]"
+        ),
+        description=help_text,
+        exit_on_error=False,
+        formatter_class=HelpFormatter,
+    )
     parser.add_argument(
         "-c",
         "--config",
@@ -110,6 +124,7 @@ def _subcommand_parser(name: str, help_text: str) -> Any:
         help="the trainer class (a subclass of HFLightningSeq2SeqTrainer makes args Seq2SeqTrainingArguments)",
     )
     parser.add_class_arguments(Seq2SeqTrainingArguments, "args", instantiate=False, sub_configs=True)
+    describe_dataclass_options(parser, Seq2SeqTrainingArguments, "args")
     parser.add_argument(
         "--model",
         type=nn.Module,
@@ -308,9 +323,10 @@ def main(argv: list[str] | None = None) -> int:
 def build_trainer(run_config: RunConfig, stage: str) -> tuple[Any, Any]:
     """The facade for one stage, with the datasets the stage needs and the Lightning overrides set."""
     from hf_lightning.cli.data_sources import resolve_data
-    from hf_lightning.cli.files import load_checkpoint_weights, resolve_checkpoint
+    from hf_lightning.cli.files import checkpoint_progress, load_checkpoint_weights, resolve_checkpoint
 
     parts = resolve_data(run_config.data, stage)
+    folder = None
     if stage != "fit" and run_config.ckpt_path is not None:
         try:
             folder = resolve_checkpoint(run_config.ckpt_path, run_config.args.output_dir)
@@ -335,6 +351,10 @@ def build_trainer(run_config: RunConfig, stage: str) -> tuple[Any, Any]:
     except ValueError as error:
         raise CLIConfigError(str(error)) from None
     trainer.lightning_trainer_overrides = run_config.lightning_overrides
+    progress = checkpoint_progress(folder) if folder is not None else None
+    if progress is not None:
+        # Metrics of a loaded checkpoint carry its epoch and step, as Lightning's validate(ckpt_path=...) does.
+        trainer.state.epoch, trainer.state.global_step = progress
     return trainer, parts
 
 
@@ -369,7 +389,8 @@ def validate_command(run_config: RunConfig) -> CLIRun:
         raise CLIConfigError(f"data: {type(run_config.data).__name__} has no eval_dataset to validate on.")
     metrics = trainer.evaluate()
     result = CLIRun("validate", trainer, metrics=dict(metrics))
-    _report(trainer, "eval", metrics, result)
+    # validate_results.json, outside all_results.json: fit's eval_results.json / all_results.json stay fit's.
+    _report(trainer, "eval", metrics, result, file_split="validate", combined=False)
     return result
 
 
@@ -416,12 +437,21 @@ COMMANDS = {
 }
 
 
-def _report(trainer: Any, split: str, metrics: Mapping[str, Any], result: CLIRun) -> None:
-    """Print the metrics the reference's way and save `{split}_results.json` (plus `all_results.json`)."""
+def _report(
+    trainer: Any,
+    split: str,
+    metrics: Mapping[str, Any],
+    result: CLIRun,
+    file_split: str | None = None,
+    combined: bool = True,
+) -> None:
+    """Print the metrics the reference's way and save `{file_split or split}_results.json` (and, when
+    `combined`, merge them into `all_results.json`)."""
+    file_split = file_split or split
     trainer.log_metrics(split, dict(metrics))
-    trainer.save_metrics(split, dict(metrics))
+    trainer.save_metrics(file_split, dict(metrics), combined=combined)
     if trainer.is_world_process_zero():
-        result.files.append(os.path.join(trainer.args.output_dir, f"{split}_results.json"))
+        result.files.append(os.path.join(trainer.args.output_dir, f"{file_split}_results.json"))
 
 
 def _save_plot(trainer: Any) -> str | None:

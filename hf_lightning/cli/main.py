@@ -70,8 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
             "nothing downloaded), evaluate it, and save it as safetensors. Takes well under a minute on a CPU."
         ),
     )
+    # The underscore spellings match TrainingArguments and the other commands; the dashed ones keep working.
     demo.add_argument(
+        "--output_dir",
         "--output-dir",
+        dest="output_dir",
         default=DEFAULT_OUTPUT_DIR,
         help=(
             f"where model.safetensors, config.json, vocab.json and {RESULTS_NAME} go "
@@ -83,13 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=42, help="seed of the data, the model and the run (default: 42)"
     )
     demo.add_argument(
+        "--max_steps",
         "--max-steps",
+        dest="max_steps",
         type=_positive(int),
         default=None,
         help="stop after this many optimizer steps (overrides --epochs)",
     )
     demo.add_argument(
+        "--num_threads",
         "--num-threads",
+        dest="num_threads",
         type=_positive(int),
         default=1,
         help=(
@@ -155,7 +162,7 @@ def train_demo(
 ) -> int:
     """The main job: train, evaluate and save the tiny model of the embedded task; prints a summary."""
     if num_threads < 1:
-        raise ValueError(f"num_threads={num_threads} must be >= 1 (--num-threads).")
+        raise ValueError(f"num_threads={num_threads} must be >= 1 (--num_threads).")
     started = time.perf_counter()
     print("hf-lightning: preparing the built-in task ...", flush=True)
     import torch

@@ -46,7 +46,8 @@ def forward_set_epoch(dataloader: Any, epoch: int) -> None:
     if hasattr(inner, "sampler") and hasattr(inner.sampler, "set_epoch"):
         inner.sampler.set_epoch(epoch)
     # [quirk] accelerate reaches the dataset only when the sharded inner sampler has no set_epoch.
-    elif hasattr(dataloader.dataset, "set_epoch"):
+    # A user's loader may be any sized iterable, without `dataset` (e.g. a wrapper over several loaders).
+    elif hasattr(getattr(dataloader, "dataset", None), "set_epoch"):
         dataloader.dataset.set_epoch(epoch)
 
 

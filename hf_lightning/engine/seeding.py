@@ -39,8 +39,18 @@ def enable_full_determinism(seed: int, warn_only: bool = False) -> None:
     torch.backends.cudnn.benchmark = False
 
 
+def _import_engine() -> None:
+    """Import Lightning now, so the modules it pulls in do their import-time draws before the seeding.
+
+    rich (imported by Lightning when installed) draws `random.getrandbits(24)` at import; imported first after
+    the seeding, it would shift Python's `random` stream from the reference's for every collator using it.
+    """
+    import lightning.pytorch  # noqa: F401
+
+
 def seed_from_args(args) -> None:
     """`full_determinism` chooses between the two seeding modes, as the reference's constructor does."""
+    _import_engine()
     if args.full_determinism:
         enable_full_determinism(args.seed)
     else:

@@ -24,7 +24,7 @@ from hf_lightning.engine.trainer import HFLightningTrainer, _public_signature
 
 __all__ = ["HFLightningSeq2SeqTrainer", "Seq2SeqTrainer", "resolve_gen_kwargs"]
 
-_INSTALL_TRANSFORMERS = 'pip install "hf-lightning[transformers]"'
+_INSTALL_TRANSFORMERS = '`pip install -e ".[transformers]"` from a checkout (or `pip install transformers`)'
 
 
 def resolve_gen_kwargs(gen_kwargs: Mapping[str, Any], args: Any) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def _generation_config_class(gen_config_arg: Any) -> type | None:
         if isinstance(gen_config_arg, (str, os.PathLike)):
             raise ImportError(
                 f"generation_config={str(gen_config_arg)!r}: loading a GenerationConfig needs transformers, which "
-                f"is not installed. Install it with `{_INSTALL_TRANSFORMERS}`, or leave generation_config=None and "
+                f"is not installed. Install it with {_INSTALL_TRANSFORMERS}, or leave generation_config=None and "
                 "set model.generation_config yourself."
             ) from None
         return None

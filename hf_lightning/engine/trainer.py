@@ -22,6 +22,7 @@ import hf_lightning.data.model_inputs as data_layer
 from hf_lightning.args.accelerator_config import fold_num_steps_into_arguments
 from hf_lightning.args.enums import enum_value
 from hf_lightning.args.training_args import TrainingArguments, as_training_arguments
+from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.callbacks import (
     CallbackHandler,
     DefaultFlowCallback,
@@ -499,7 +500,7 @@ def _fold_tokenizer_alias(processing_class: Any, deprecated_kwargs: dict[str, An
     warnings.warn(
         "`tokenizer` is deprecated (transformers v4 name); use `processing_class` instead.",
         FutureWarning,
-        stacklevel=3,
+        stacklevel=user_stacklevel(),
     )
     if processing_class is not None and processing_class is not tokenizer:
         raise ValueError(

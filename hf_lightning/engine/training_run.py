@@ -17,6 +17,7 @@ import torch
 
 import hf_lightning.checkpoint.resume as resume
 import hf_lightning.engine.schedule as schedule
+from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.engine.devices import empty_device_cache, is_out_of_memory
 from hf_lightning.engine.lightning_bridge import build_lightning_trainer
 from hf_lightning.engine.loss_window import TrainLossWindow
@@ -104,7 +105,7 @@ def _enable_activation_checkpointing(trainer: TrainerLike) -> None:
             f"`{type(model).__name__}` only defines `gradient_checkpointing_enable`, which is deprecated; "
             "define `activation_checkpointing_enable` instead.",
             FutureWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None)
     else:

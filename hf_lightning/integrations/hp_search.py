@@ -2,8 +2,8 @@
 
 Each trial re-creates the model through `model_init`, applies the trial's parameters to `trainer.args`, trains
 (checkpoints go to `output_dir/run-<trial number>`), reports every training-time evaluation to optuna so a pruner
-can stop it, and returns the objective. optuna is imported lazily (extra `hf-lightning[optuna]`); the reference's
-other backends (Ray Tune, W&B sweeps) are refused with a ValueError.
+can stop it, and returns the objective. optuna is imported lazily (the `optuna` extra: `pip install -e ".[optuna]"`
+from a checkout); the reference's other backends (Ray Tune, W&B sweeps) are refused with a ValueError.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def import_optuna():
         import optuna
     except ImportError as error:
         raise MissingBackendError(
-            "hyperparameter_search needs optuna, which is not installed: run `pip install hf-lightning[optuna]` "
-            "(or `pip install optuna`)."
+            "hyperparameter_search needs optuna, which is not installed: run `pip install -e \".[optuna]\"` "
+            "from a checkout (or `pip install optuna`)."
         ) from error
     return optuna
 
@@ -102,7 +102,8 @@ def resolve_backend(backend: str | HPSearchBackend | None) -> HPSearchBackend:
     )
     raise ValueError(
         f"hyperparameter_search(backend={name!r}): {name!r} {kind}; only the 'optuna' backend is supported. "
-        "Pass backend='optuna' (or leave it None) and install it with `pip install hf-lightning[optuna]`."
+        "Pass backend='optuna' (or leave it None) and install it with `pip install -e \".[optuna]\"` from a checkout "
+        "(or `pip install optuna`)."
     )
 
 

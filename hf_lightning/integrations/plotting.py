@@ -1,8 +1,8 @@
 """Training curves from `trainer.state.log_history`: training loss, evaluation metrics and learning rate
 against the optimizer step.
 
-matplotlib is optional (`pip install hf-lightning[plot]`) and imported on first use. Figures are built
-with matplotlib's object API on an Agg canvas, so nothing needs a display or touches pyplot's global
+matplotlib is optional (`pip install -e ".[plot]"` from a checkout, or `pip install matplotlib`) and imported
+on first use. Figures are built with matplotlib's object API on an Agg canvas, so nothing needs a display or touches pyplot's global
 state; in Jupyter a returned figure is shown by the inline backend (`%matplotlib inline`).
 """
 
@@ -28,7 +28,8 @@ def _require_matplotlib() -> Any:
         import matplotlib  # noqa: F401
     except ImportError as error:
         raise ImportError(
-            "hf_lightning.integrations.plotting needs matplotlib, which is not installed: pip install hf-lightning[plot]"
+            "hf_lightning.integrations.plotting needs matplotlib, which is not installed: "
+            'pip install -e ".[plot]" from a checkout (or pip install matplotlib)'
         ) from error
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -359,7 +359,7 @@ def test_console_entry_point_runs_a_config_without_transformers(tmp_path):
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "***** eval metrics *****" in completed.stdout
-    assert "eval_accuracy" in json.loads((tmp_path / "run" / "eval_results.json").read_text())
+    assert "eval_accuracy" in json.loads((tmp_path / "run" / "validate_results.json").read_text())
 
 
 def test_fit_without_anything_to_plot_warns_instead_of_failing(tmp_path, capsys):

@@ -398,7 +398,7 @@ _WITHOUT_TRANSFORMERS = textwrap.dedent(
         Seq2SeqTrainer(model=Echo(), args=Seq2SeqTrainingArguments(
             output_dir="out", use_cpu=True, report_to="none", generation_config="a/model"))
     except ImportError as error:
-        assert 'pip install "hf-lightning[transformers]"' in str(error), error
+        assert 'pip install -e ".[transformers]"' in str(error), error
         assert "generation_config='a/model'" in str(error), error
     else:
         raise AssertionError("no ImportError")

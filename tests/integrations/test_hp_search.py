@@ -473,6 +473,6 @@ def test_refusals_and_requirements(tmp_path, monkeypatch):
         with_model.hyperparameter_search(n_trials=1)
 
     monkeypatch.setitem(sys.modules, "optuna", None)
-    with pytest.raises(ImportError, match=r"pip install hf-lightning\[optuna\]") as error:
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[optuna\]"') as error:
         trainer.hyperparameter_search(n_trials=1)
     assert isinstance(error.value, MissingBackendError) and isinstance(error.value, RuntimeError)

@@ -121,5 +121,5 @@ def test_nothing_to_plot_is_an_error():
 
 def test_missing_matplotlib_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
-    with pytest.raises(ImportError, match=r"pip install hf-lightning\[plot\]"):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[plot\]"'):
         plot_log_history([{"loss": 1.0, "step": 1}])

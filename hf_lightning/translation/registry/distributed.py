@@ -282,7 +282,7 @@ def _deepspeed_refusal(ctx: Context) -> str | None:
             "(use_cpu=True or no CUDA device); remove deepspeed, or run on CUDA GPUs"
         )
     if "deepspeed" not in ctx.env.installed_packages:
-        return "the deepspeed package is not installed: pip install hf-lightning[deepspeed]"
+        return 'the deepspeed package is not installed: pip install -e ".[deepspeed]" from a checkout (or pip install deepspeed)'
     if ctx.get("save_only_model") and ctx.get("load_best_model_at_end"):
         return "DeepSpeed can't be used with `save_only_model` along with `load_best_model_at_end`; drop one of them"
     if ctx.get("torch_compile"):

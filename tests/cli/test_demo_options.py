@@ -1,0 +1,35 @@
+"""`hf-lightning train-demo` spells its options like TrainingArguments (--output_dir), keeps the dashed spellings,
+and what it writes by default stays out of git."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hf_lightning.cli.main import DEFAULT_OUTPUT_DIR, _with_default_command, build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("spelling", ["underscore", "dash"])
+def test_demo_takes_both_spellings(spelling):
+    names = ["--output_dir", "--max_steps", "--num_threads"]
+    if spelling == "dash":
+        names = [name.replace("_", "-") for name in names]
+    argv = [names[0], "somewhere", names[1], "3", names[2], "2"]
+    options = build_parser().parse_args(_with_default_command(argv))
+    assert (options.output_dir, options.max_steps, options.num_threads) == ("somewhere", 3, 2)
+
+
+def test_what_the_commands_write_by_default_is_git_ignored():
+    from hf_lightning.cli.embedded import default_training_args
+
+    # train-demo's output_dir, the examples' output_dirs and the script example's default
+    written = [DEFAULT_OUTPUT_DIR, "runs/cls", "runs/clm", "runs/seq2seq", "example_output"]
+    assert default_training_args(DEFAULT_OUTPUT_DIR, 0)["output_dir"] == DEFAULT_OUTPUT_DIR
+    for path in written:
+        probe = f"{path.removeprefix('./')}/model.safetensors"
+        ignored = subprocess.run(["git", "check-ignore", "-q", probe], cwd=ROOT).returncode == 0
+        assert ignored, f"{probe} is not git-ignored"
