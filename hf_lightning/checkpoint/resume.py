@@ -410,7 +410,7 @@ def enter_epoch(facade: TrainerLike, point: ResumePoint | None, run: RunLike, ep
     if skip == 0:
         _restore_rng(facade, point)
         return -1
-    run.updates_done_in_epoch = skip // run.ga
+    run.updates_done_in_epoch = skip // facade.plan.module.gradient_accumulation_steps
     dataloader = facade.callback_handler.train_dataloader
     if callable(getattr(dataloader, "skip_first_batches_once", None)):
         dataloader.skip_first_batches_once(skip)

@@ -81,6 +81,9 @@ class HFLightningModule(pl.LightningModule):
         # Plain attributes (not submodules): the facade and its run are not part of the module tree.
         object.__setattr__(self, "_facade", facade)
         object.__setattr__(self, "_run", run)  # the TrainingRun fitting this module (engine/training_run.py)
+        # The accumulation window (the plan's, hf_lightning/translation/registry/training.py): read here, where the
+        # windows are cut, rather than handed over by the run.
+        self._ga = facade.plan.module.gradient_accumulation_steps
         self._micro_batch_index = -1
         self._item_count_probe = UnusedItemCountProbe()
         self._plain_transfer: bool | None = None  # decided once the Lightning trainer is attached
@@ -164,7 +167,7 @@ class HFLightningModule(pl.LightningModule):
         run.resume.skip_replayed_batches(dataloader_iter)
         update_index = run.updates_done_in_epoch
         num_batches = schedule.window_size(
-            update_index, run.values.num_update_steps_per_epoch, run.values.steps_in_epoch, run.ga
+            update_index, run.values.num_update_steps_per_epoch, run.values.steps_in_epoch, self._ga
         )
         batch_samples, num_items_in_batch = facade.get_batch_samples(epoch_iterator, num_batches, self.device)
         run.resume.sync_rng_after_first_window()
@@ -175,8 +178,8 @@ class HFLightningModule(pl.LightningModule):
         for index, inputs in enumerate(batch_samples):
             self._micro_batch_index += 1
             step = self._micro_batch_index
-            do_sync_step = schedule.is_sync_step(step, run.values.steps_in_epoch, run.ga)
-            if step % run.ga == 0:
+            do_sync_step = schedule.is_sync_step(step, run.values.steps_in_epoch, self._ga)
+            if step % self._ga == 0:
                 facade._fire("on_step_begin")
             self.sync_gradients = do_sync_step
             with (

@@ -102,7 +102,6 @@ class RunLike(Protocol):
     trial: Any
     ignore_keys_for_eval: list[str] | None
     values: Any  # engine.schedule.TrainingValues, set by each attempt
-    ga: int
     start_time: float
     updates_done_in_epoch: int
     initial_global_step: int

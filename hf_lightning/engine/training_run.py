@@ -41,7 +41,6 @@ class TrainingRun:
         self.ignore_keys_for_eval = ignore_keys_for_eval
         # Set by each attempt (`_fit_attempt`): the schedule, the step counters and Lightning's objects.
         self.values: schedule.TrainingValues | None = None
-        self.ga = 1
         self.start_time = 0.0
         self.updates_done_in_epoch = 0
         self.initial_global_step = 0
@@ -133,7 +132,6 @@ class TrainingRun:
         train_dataloader = trainer.get_train_dataloader()
         values = schedule.TrainingValues(*trainer.set_initial_training_values(args, train_dataloader))
         self.values = values
-        self.ga = trainer.plan.module.gradient_accumulation_steps
         self.updates_done_in_epoch = 0
         trainer.state = TrainerState(stateful_callbacks=trainer._stateful_callbacks())
         trainer.state.is_hyper_param_search = self.trial is not None
