@@ -1,6 +1,8 @@
 """Resuming training from a checkpoint: choosing it, loading it without running pickled code, fast-forwarding.
 
-The reference's `train(resume_from_checkpoint=...)` (CKPT-3.13 to CKPT-3.15, R2.10), split over the run:
+The reference's `train(resume_from_checkpoint=...)` (CKPT-3.13 to CKPT-3.15, R2.10), split over the run (each
+step is called by the run's `ResumeConnector`, hf_lightning/checkpoint/resume_connector.py, which holds the files and
+the resume point):
 `prepare_resume` at `train()` entry (choose the folder, load the weights, read every file up front so a bad one is
 refused before training), `restore_trainer_state` where the reference's `_init_training_state` runs,
 `position_lightning_loops` before `fit` (Lightning's epoch and step counters start where the checkpoint stopped),
@@ -42,7 +44,7 @@ from hf_lightning.checkpoint.files import (
     rng_state_file_name,
     safe_torch_load,
 )
-from hf_lightning.engine.protocols import TrainerLike
+from hf_lightning.engine.protocols import RunLike, TrainerLike
 from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
 
@@ -257,9 +259,8 @@ def _optimizer_map_location(args: Any) -> Any:
 # ---- the trainer state (the reference's `_init_training_state`) ------------------------------------------------
 
 
-def restore_trainer_state(trainer: TrainerLike, values: Any) -> ResumePoint | None:
+def restore_trainer_state(trainer: TrainerLike, files: ResumeFiles | None, values: Any) -> ResumePoint | None:
     """Replace the fresh `TrainerState` by the checkpoint's, restore callbacks, and compute the fast-forward."""
-    files = getattr(trainer, "_resume_files", None)
     if files is None:
         return None
     point = ResumePoint(files)
@@ -347,13 +348,14 @@ def _load_callback_state(trainer: TrainerLike) -> None:
 # ---- Lightning, optimizer and scheduler --------------------------------------------------------------------------
 
 
-def position_lightning_loops(trainer: TrainerLike, lightning_trainer: pl.Trainer) -> None:
+def position_lightning_loops(
+    trainer: TrainerLike, point: ResumePoint | None, lightning_trainer: pl.Trainer
+) -> None:
     """Start Lightning's counters at the checkpoint: `current_epoch` = epochs trained, `global_step` = the state's.
 
     Lightning then stops at the reference's `max_steps` / epoch count, and the module's epoch index is the
     reference's. Set before `fit`; Lightning resets neither counter when it starts without a Lightning checkpoint.
     """
-    point = getattr(trainer, "_resume", None)
     if point is None:
         return
     fit_loop = lightning_trainer.fit_loop
@@ -364,9 +366,10 @@ def position_lightning_loops(trainer: TrainerLike, lightning_trainer: pl.Trainer
     fit_loop.epoch_loop._batches_that_stepped = trainer.state.global_step
 
 
-def load_optimizer_and_scheduler(trainer: TrainerLike, lightning_trainer: pl.Trainer) -> None:
+def load_optimizer_and_scheduler(
+    trainer: TrainerLike, point: ResumePoint | None, lightning_trainer: pl.Trainer
+) -> None:
     """Load `optimizer.pt` / `scheduler.pt` (both or neither) and `scaler.pt` into what Lightning set up."""
-    point = getattr(trainer, "_resume", None)
     if point is None:
         return
     files = point.files
@@ -392,14 +395,14 @@ def load_optimizer_and_scheduler(trainer: TrainerLike, lightning_trainer: pl.Tra
 # ---- the resumed epoch ------------------------------------------------------------------------------------------
 
 
-def enter_epoch(facade: TrainerLike, epoch: int) -> int:
-    """At the start of epoch `epoch`: fast-forward when it is the resumed one; returns the micro-batch index to
-    continue from (-1: the epoch's start).
+def enter_epoch(facade: TrainerLike, point: ResumePoint | None, run: RunLike, epoch: int) -> int:
+    """At the start of epoch `epoch`: fast-forward when it is the resumed one (the run's count of updates done in
+    the epoch moves past the skipped windows); returns the micro-batch index to continue from (-1: the epoch's
+    start).
 
     The skipped micro-batches are dropped at the sampler level (no item is loaded). With nothing to skip (an
     epoch boundary, or `ignore_data_skip`) the RNG is restored now, before the epoch draws anything.
     """
-    point = getattr(facade, "_resume", None)
     if point is None or point.entered or epoch != point.epochs_trained:
         return -1
     point.entered = True
@@ -407,8 +410,7 @@ def enter_epoch(facade: TrainerLike, epoch: int) -> int:
     if skip == 0:
         _restore_rng(facade, point)
         return -1
-    run = facade._run
-    run.updates_done_in_epoch = skip // run.ga
+    run.updates_done_in_epoch = skip // facade.plan.module.gradient_accumulation_steps
     dataloader = facade.callback_handler.train_dataloader
     if callable(getattr(dataloader, "skip_first_batches_once", None)):
         dataloader.skip_first_batches_once(skip)
@@ -424,9 +426,8 @@ def enter_epoch(facade: TrainerLike, epoch: int) -> int:
     return skip - 1
 
 
-def skip_replayed_batches(facade: TrainerLike, dataloader_iter: Any) -> None:
+def skip_replayed_batches(point: ResumePoint | None, dataloader_iter: Any) -> None:
     """Before the first window of the resumed epoch: discard the batches a plain DataLoader could not skip."""
-    point = getattr(facade, "_resume", None)
     if point is None or not point.replay:
         return
     remaining, point.replay = point.replay, 0
@@ -434,20 +435,12 @@ def skip_replayed_batches(facade: TrainerLike, dataloader_iter: Any) -> None:
         next(dataloader_iter)
 
 
-def sync_rng_after_first_window(facade: TrainerLike) -> None:
+def sync_rng_after_first_window(facade: TrainerLike, point: ResumePoint | None) -> None:
     """After the resumed epoch's first window is fetched: restore the checkpoint's RNG (the reference's
     `rng_to_sync`), so every draw from here on equals the uninterrupted run's."""
-    point = getattr(facade, "_resume", None)
     if point is not None and point.rng_pending:
         point.rng_pending = False
         _restore_rng(facade, point)
-
-
-def all_windows_done(facade: TrainerLike) -> bool:
-    """Whether this epoch has had all its updates: the reference's epoch loop runs exactly
-    `num_update_steps_per_epoch` windows (a resumed epoch's DataLoader has fewer batches than its `len`)."""
-    run = facade._run
-    return run is not None and run.updates_done_in_epoch >= run.values.num_update_steps_per_epoch
 
 
 def _restore_rng(facade: TrainerLike, point: ResumePoint) -> None:

@@ -45,9 +45,9 @@ class TrainerMemoryTracker:
     stages = {
         "__init__": "init",
         "train": "train",
-        "run_training": "train",
-        "_inner_training_loop": "train",
-        "_finalize_training": "train",
+        "execute": "train",  # engine/training_run.py's TrainingRun methods
+        "_fit_attempt": "train",
+        "_finalize": "train",
         "evaluate": "eval",
         "predict": "test",
     }

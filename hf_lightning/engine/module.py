@@ -18,12 +18,11 @@ import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.strategies import Strategy
 
-import hf_lightning.checkpoint.resume as resume
 import hf_lightning.engine.schedule as schedule
 from hf_lightning.checkpoint.files import reach
 from hf_lightning.engine.loss import UnusedItemCountProbe
 from hf_lightning.engine.precision import forward_autocast
-from hf_lightning.engine.protocols import TrainerLike
+from hf_lightning.engine.protocols import RunLike, TrainerLike
 from hf_lightning.engine.update_dispatch import UpdateDispatch
 from hf_lightning.strategies.fsdp.policies import gradient_sync_disabled
 
@@ -75,12 +74,16 @@ _PLAIN_STEP_ATTRIBUTES = frozenset({"_current_fx_name", "_micro_batch_index", "s
 class HFLightningModule(pl.LightningModule):
     """Wraps the user's model; every step delegates to the facade's overridable methods."""
 
-    def __init__(self, facade: TrainerLike):
+    def __init__(self, facade: TrainerLike, run: RunLike | None = None):
         super().__init__()
         self.automatic_optimization = False
         self.model = facade.model
-        # A plain attribute (not a submodule): the facade is not part of the module tree.
+        # Plain attributes (not submodules): the facade and its run are not part of the module tree.
         object.__setattr__(self, "_facade", facade)
+        object.__setattr__(self, "_run", run)  # the TrainingRun fitting this module (engine/training_run.py)
+        # The accumulation window (the plan's, hf_lightning/translation/registry/training.py): read here, where the
+        # windows are cut, rather than handed over by the run.
+        self._ga = facade.plan.module.gradient_accumulation_steps
         self._micro_batch_index = -1
         self._item_count_probe = UnusedItemCountProbe()
         self._plain_transfer: bool | None = None  # decided once the Lightning trainer is attached
@@ -129,13 +132,20 @@ class HFLightningModule(pl.LightningModule):
         self._micro_batch_index = -1
         self.facade._on_epoch_begin(self.current_epoch)
         # The resumed epoch continues after the micro-batches already trained on (hf_lightning/checkpoint/resume.py).
-        self._micro_batch_index = resume.enter_epoch(self.facade, self.current_epoch)
+        self._micro_batch_index = self._run.resume.enter_epoch(self.current_epoch)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
         # A callback asked to end the epoch (or the run) after the previous update: stop before
         # any data of the next window is drawn, as the reference's loop breaks.
+        # The epoch also ends after its `num_update_steps_per_epoch` windows: the reference's epoch loop runs
+        # exactly that many (a resumed epoch's DataLoader has fewer batches than its `len`).
         control = self.facade.control
-        if control.should_epoch_stop or control.should_training_stop or resume.all_windows_done(self.facade):
+        run = self._run
+        if (
+            control.should_epoch_stop
+            or control.should_training_stop
+            or run.updates_done_in_epoch >= run.values.num_update_steps_per_epoch
+        ):
             return -1
         return None
 
@@ -152,15 +162,15 @@ class HFLightningModule(pl.LightningModule):
     # ---- one optimizer update ------------------------------------------------------------------
     def training_step(self, dataloader_iter: Iterator) -> None:
         facade = self.facade
-        run = facade._run
+        run = self._run
         epoch_iterator = _BatchIterator(dataloader_iter, self)
-        resume.skip_replayed_batches(facade, dataloader_iter)
+        run.resume.skip_replayed_batches(dataloader_iter)
         update_index = run.updates_done_in_epoch
         num_batches = schedule.window_size(
-            update_index, run.values.num_update_steps_per_epoch, run.values.steps_in_epoch, run.ga
+            update_index, run.values.num_update_steps_per_epoch, run.values.steps_in_epoch, self._ga
         )
         batch_samples, num_items_in_batch = facade.get_batch_samples(epoch_iterator, num_batches, self.device)
-        resume.sync_rng_after_first_window(facade)
+        run.resume.sync_rng_after_first_window()
         run.updates_done_in_epoch += 1
         facade.current_gradient_accumulation_steps = len(batch_samples)
         model = facade.model_wrapped
@@ -168,8 +178,8 @@ class HFLightningModule(pl.LightningModule):
         for index, inputs in enumerate(batch_samples):
             self._micro_batch_index += 1
             step = self._micro_batch_index
-            do_sync_step = schedule.is_sync_step(step, run.values.steps_in_epoch, run.ga)
-            if step % run.ga == 0:
+            do_sync_step = schedule.is_sync_step(step, run.values.steps_in_epoch, self._ga)
+            if step % self._ga == 0:
                 facade._fire("on_step_begin")
             self.sync_gradients = do_sync_step
             with (
@@ -215,7 +225,7 @@ class HFLightningModule(pl.LightningModule):
 
     def _optimizer_update(self, micro_batch_index: int) -> None:
         facade = self.facade
-        run = facade._run
+        run = self._run
         optimizer = self.optimizers()
         grad_norm = facade._clip_grad_norm(facade.model_wrapped)
         facade._fire("on_pre_optimizer_step")
@@ -234,7 +244,7 @@ class HFLightningModule(pl.LightningModule):
             self.current_epoch, micro_batch_index, run.values.steps_in_epoch
         )
         facade._fire("on_step_end")
-        facade._last_grad_norm, facade._last_learning_rate = grad_norm, learning_rate
+        run.last_grad_norm, run.last_learning_rate = grad_norm, learning_rate
         facade._maybe_log_save_evaluate(grad_norm, self.current_epoch, learning_rate=learning_rate)
 
     def _grad_scale(self) -> float | None:

@@ -1,9 +1,10 @@
-"""`TrainerLike`: what one run's code (`training_run.py`, `module.py`, `checkpoint/resume.py`) uses of the facade.
+"""`TrainerLike` and `RunLike`: what one run's code uses of the facade and of the run.
 
-The facade (`engine/trainer.py`) calls into that code; naming the facade's class there would make each module
-depend on the other. This Protocol states the surface instead: the reference-named attributes and methods a
-`Trainer` subclass may override, and the per-run attributes the run sets on the facade because the reference
-keeps them as private trainer attributes (subclasses and callbacks read some of them).
+The facade (`engine/trainer.py`) calls into the run's code (`training_run.py`, `module.py`, the connectors,
+`checkpoint/resume.py`); naming the facade's class there would make each module depend on the other. `TrainerLike`
+states the surface instead: the reference-named attributes and methods a `Trainer` subclass may override, and the
+one reference to the current run (`_training_run`). `RunLike` is what the module, the connectors and the facade's
+step methods read of that run (engine/training_run.py's `TrainingRun`, which imports them).
 """
 
 from __future__ import annotations
@@ -38,28 +39,18 @@ class TrainerLike(Protocol):
     _train_batch_size: int
     _created_lr_scheduler: bool
 
-    # ---- set by each train() -------------------------------------------------------------------------
+    # ---- the reference's, set by each train() and kept after it ---------------------------------------
     state: Any  # TrainerState
     control: Any  # TrainerControl
     lightning_trainer: Any  # lightning.pytorch.Trainer
     is_in_train: bool
     current_gradient_accumulation_steps: int
-    _trial: Any
-    _ignore_keys_for_eval: list[str] | None
+    _trial: Any  # also set by `_hp_search_setup`; `TrainerState.init_training_references` reads it
+    # ---- across runs: a later evaluate() or train() reads them -----------------------------------------
     _model_is_prepared: bool
-    _resume_files: Any  # checkpoint.resume.ResumeFiles | None
-    _resume: Any  # checkpoint.resume.ResumePoint | None
-    _run: Any  # engine.training_run.RunBookkeeping
-    _lightning_module: Any
     _loggers_before_training: list[Any] | None
-    _initial_num_input_tokens_seen: int
-    _initial_global_step: int
-    _tr_loss: Any  # engine.loss_window.TrainLossWindow
-    _total_loss_scalar: float
-    _globalstep_last_logged: int
-    _last_grad_norm: Any
-    _last_learning_rate: float | None
-    _fitting: bool
+    # ---- the current train() call (None outside): it owns every per-run value -------------------------
+    _training_run: Any  # RunLike | None
 
     # ---- the reference's methods ------------------------------------------------------------------
     def call_model_init(self, trial: Any = None) -> nn.Module: ...
@@ -96,6 +87,31 @@ class TrainerLike(Protocol):
     def _evaluate(
         self, trial: Any, ignore_keys_for_eval: list[str] | None, skip_scheduler: bool = False
     ) -> dict[str, float]: ...
+    def _determine_best_metric(self, metrics: dict[str, float], trial: Any) -> bool: ...
+    def _save_checkpoint(self, model: Any, trial: Any) -> None: ...
+    def _gather_mean(self, tensor: torch.Tensor) -> torch.Tensor: ...
     def _issue_warnings_after_load(self, load_result: Any) -> None: ...
     def _load_best_model(self) -> None: ...
     def _after_training_rotation(self, trial: Any = None) -> None: ...
+
+
+class RunLike(Protocol):
+    """One `train()` call as the Lightning module, the connectors and the facade's step methods see it."""
+
+    facade: TrainerLike
+    trial: Any
+    ignore_keys_for_eval: list[str] | None
+    values: Any  # engine.schedule.TrainingValues, set by each attempt
+    start_time: float
+    updates_done_in_epoch: int
+    initial_global_step: int
+    initial_num_input_tokens_seen: int
+    last_grad_norm: Any
+    last_learning_rate: float | None
+    module: Any  # engine.module.HFLightningModule
+    lightning_trainer: Any
+    fitting: bool
+    resume: Any  # checkpoint.resume_connector.ResumeConnector
+    logging: Any  # engine.logging_connector.LoggingConnector
+    evaluation: Any  # evaluation.connector.EvaluationConnector
+    checkpointing: Any  # checkpoint.connector.CheckpointConnector

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 import hf_lightning.data.dataloaders as dataloaders
-from hf_lightning.args.enums import enum_value
 from hf_lightning.engine.devices import empty_device_cache
 from hf_lightning.engine.loss import (
     activate_neftune,
@@ -96,7 +95,7 @@ class TrainingStepMixin:
             ) or self.compute_loss_func is not None
         if not loss_is_scaled_for_ga:
             loss = loss / self.current_gradient_accumulation_steps
-        self._lightning_module.backward_loss(loss)
+        self._training_run.module.backward_loss(loss)
         return loss.detach()
 
     def compute_loss(
@@ -186,18 +185,21 @@ class TrainingStepMixin:
         if self.plan.module.include_num_input_tokens_seen != "no":
             logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
             if start_time is not None:
-                tokens = self.state.num_input_tokens_seen - self._initial_num_input_tokens_seen
+                run = self._training_run
+                initial_tokens = run.initial_num_input_tokens_seen if run is not None else 0
+                tokens = self.state.num_input_tokens_seen - initial_tokens
                 logs.update(speed_metrics("train", start_time, num_tokens=tokens))
         self.state.log_history.append({**logs, "step": self.state.global_step})
         # The reference's trackers run before the printer, which pops `total_flos` from `logs`.
         logger_logs = dict(logs)
         self.control = self.callback_handler.on_log(self.args, self.state, self.control, logs)
         if self.lightning_trainer is not None:
+            run = self._training_run
             publish_logs(
                 self.lightning_trainer,
                 logger_logs,
                 self.state.global_step,
-                outside_fit=not getattr(self, "_fitting", False),
+                outside_fit=run is None or not run.fitting,
             )
         else:
             publish_logs_before_training(self._current_loggers(), logger_logs, self.state.global_step)
@@ -214,9 +216,10 @@ class TrainingStepMixin:
     def _accumulate_loss(self, loss_step: torch.Tensor) -> None:
         """Add a micro-batch loss to the logging window, with the reference's NaN/Inf filter (R6.3), applied
         when the window is read (hf_lightning/engine/loss_window.py): a step never waits for the device."""
-        self._tr_loss.add(
+        logging_connector = self._training_run.logging
+        logging_connector.loss.add(
             loss_step,
-            steps_since_log=1 + self.state.global_step - self._globalstep_last_logged,
+            steps_since_log=1 + self.state.global_step - logging_connector.globalstep_last_logged,
             filter_non_finite=self.args.logging_nan_inf_filter,
         )
 
@@ -249,27 +252,14 @@ class TrainingStepMixin:
     def _maybe_log_save_evaluate(
         self, grad_norm: Any, epoch: int, learning_rate: float | None = None
     ) -> None:
-        """Log, then evaluate, then save, as the flow callbacks decided (EVAL-2.17)."""
-        if self.control.should_log and self.state.global_step > self._globalstep_last_logged:
-            logs: dict[str, float] = {}
-            tr_loss_scalar = self._gather_mean(self._tr_loss.settle()).item()
-            self._tr_loss.reset()
-            logs["loss"] = tr_loss_scalar / (self.state.global_step - self._globalstep_last_logged)
-            if grad_norm is not None:
-                logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm
-            logs["learning_rate"] = learning_rate if learning_rate is not None else self._get_learning_rate()
-            self._total_loss_scalar += tr_loss_scalar
-            self._globalstep_last_logged = self.state.global_step
-            self.store_flos()
-            self.log(logs, self._run.start_time)
+        """Log, then evaluate, then save, as the flow callbacks decided (EVAL-2.17), through the run's connectors."""
+        run = self._training_run
+        if self.control.should_log and self.state.global_step > run.logging.globalstep_last_logged:
+            run.logging.log_training_window(grad_norm, learning_rate)
         if self.control.should_evaluate:
-            metrics = self._evaluate(self._trial, self._ignore_keys_for_eval)
-            is_new_best_metric = self._determine_best_metric(metrics=metrics, trial=self._trial)
-            if enum_value(self.args.save_strategy) == "best":
-                self.control.should_save = is_new_best_metric
+            run.evaluation.evaluate()
         if self.control.should_save:
-            self._save_checkpoint(self.model, self._trial)
-            self.control = self.callback_handler.on_save(self.args, self.state, self.control)
+            run.checkpointing.save()
 
     def _gather_mean(self, tensor: torch.Tensor) -> torch.Tensor:
         if (
@@ -281,8 +271,9 @@ class TrainingStepMixin:
         return tensor.detach()
 
     def _on_epoch_begin(self, epoch: int) -> None:
-        self._run.updates_done_in_epoch = 0
-        self._last_grad_norm, self._last_learning_rate = None, None
+        run = self._training_run
+        run.updates_done_in_epoch = 0
+        run.last_grad_norm, run.last_learning_rate = None, None
         self._fire("on_epoch_begin")
         # Before Lightning draws the epoch's first batch: the sampler order of epoch `epoch` (R3.2).
         dataloaders.set_train_epoch(self.callback_handler.train_dataloader, epoch)
@@ -296,7 +287,8 @@ class TrainingStepMixin:
             )
             self.control.should_training_stop = True
         self._fire("on_epoch_end")
-        self._maybe_log_save_evaluate(self._last_grad_norm, epoch, learning_rate=self._last_learning_rate)
+        run = self._training_run
+        self._maybe_log_save_evaluate(run.last_grad_norm, epoch, learning_rate=run.last_learning_rate)
 
     def _activate_neftune(self) -> None:
         self.neftune_hook_handle = activate_neftune(self.model, self.neftune_noise_alpha)

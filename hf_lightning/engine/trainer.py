@@ -182,7 +182,9 @@ class HFLightningTrainer(
         self._signature_columns = None
         self._train_batch_size = args.train_batch_size
         self._created_lr_scheduler = False
-        self._run = None  # the current train() call's counters (training_run.RunBookkeeping)
+        self._trial = None  # the reference's: the trial of the last train() (hp search), read by TrainerState
+        # The current train() call (engine/training_run.TrainingRun), which owns every per-run value; None outside.
+        self._training_run = None
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         if getattr(self.model, "config", None) is not None:
             self.model.config.use_cache = args.use_cache
@@ -445,9 +447,13 @@ class HFLightningTrainer(
         ignore_keys_for_eval: list[str] | None = None,
     ) -> TrainOutput:
         """Train with Lightning's loop, reproducing the reference's steps, logs and metrics."""
-        from hf_lightning.engine.training_run import run_training
+        from hf_lightning.engine.training_run import TrainingRun
 
-        return run_training(self, resume_from_checkpoint, trial, ignore_keys_for_eval)
+        outer_run, self._training_run = self._training_run, TrainingRun(self, trial, ignore_keys_for_eval)
+        try:
+            return self._training_run.execute(resume_from_checkpoint)
+        finally:
+            self._training_run = outer_run  # None again once the outermost train() returns
 
 
 def _split_callbacks(callbacks: list | None) -> tuple[list, list]:

@@ -48,6 +48,6 @@ def _assigned_attribute_names() -> set[str]:
 
 def test_every_protocol_attribute_is_set_by_the_package():
     _, attributes = _protocol_members()
-    assert "_run" in attributes and "state" in attributes
+    assert "_training_run" in attributes and "state" in attributes
     assigned = _assigned_attribute_names()
     assert [name for name in attributes if name not in assigned] == []

@@ -31,6 +31,7 @@ from hf_lightning.checkpoint.files import (
     WEIGHTS_NAME,
 )
 from hf_lightning.engine.trainer import HFLightningTrainer
+from tests.checkpoint.chosen_checkpoints import record_chosen_checkpoints
 from tests.parity.models import DropoutMLP, regression_data
 
 
@@ -155,13 +156,14 @@ def test_training_args_bin_is_never_loaded(stopped_run, tmp_path, straight):
     assert_bit_identical(weights(resumed), weights(straight))
 
 
-def test_resume_true_skips_a_checkpoint_whose_files_are_not_plain(stopped_run, tmp_path, straight):
+def test_resume_true_skips_a_checkpoint_whose_files_are_not_plain(stopped_run, tmp_path, straight, monkeypatch):
     """A newest folder without our marker must be loadable to count as complete: a crafted one is passed over."""
     marker = tmp_path / "payload-ran"
     os.remove(stopped_run / "checkpoint-4" / COMPLETE_MARKER_NAME)
     craft(stopped_run / "checkpoint-4" / OPTIMIZER_NAME, marker, "torch")
+    chosen = record_chosen_checkpoints(monkeypatch)
     resumed = train(stopped_run, resume=True, model_seed=7)
-    assert resumed._resume_files.checkpoint == str(stopped_run / "checkpoint-2")
+    assert chosen[-1] == str(stopped_run / "checkpoint-2")
     assert not marker.exists()
     assert_bit_identical(weights(resumed), weights(straight))
 

@@ -18,10 +18,11 @@ import torch
 import transformers
 from torch import nn
 
-import hf_lightning.checkpoint.resume as resume_module
 from hf_lightning import TrainingArguments
 from hf_lightning.checkpoint.files import COMPLETE_MARKER_NAME, OPTIMIZER_NAME
+from hf_lightning.checkpoint.resume_connector import ResumeConnector
 from hf_lightning.engine.trainer import HFLightningTrainer
+from tests.checkpoint.chosen_checkpoints import record_chosen_checkpoints
 from tests.parity.models import (
     DropoutMLP,
     ListDataset,
@@ -173,7 +174,7 @@ def test_rng_restore_point_matters(tmp_path, monkeypatch):
     settings = dict(gradient_accumulation_steps=2, max_steps=8, save_steps=4)
     straight = train("ours", tmp_path / "a", dataset, **settings)
     train("ours", tmp_path / "b", dataset, stop_at=4, **settings)
-    monkeypatch.setattr(resume_module, "sync_rng_after_first_window", lambda facade: None)
+    monkeypatch.setattr(ResumeConnector, "sync_rng_after_first_window", lambda connector: None)
     unsynced = train("ours", tmp_path / "b", dataset, resume=True, model_seed=7, **settings)
     assert max_difference(unsynced.weights, straight.weights) > 0
 
@@ -294,7 +295,7 @@ class IndexlessMLP(nn.Module):
 # ---- choosing the checkpoint (3.13) --------------------------------------------------------------------------------
 
 
-def test_resume_true_picks_the_newest_complete_checkpoint(tmp_path):
+def test_resume_true_picks_the_newest_complete_checkpoint(tmp_path, monkeypatch):
     dataset = classification_data(10)
     settings = dict(gradient_accumulation_steps=2, max_steps=8, save_steps=2)
     straight = train("ours", tmp_path / "a", dataset, **settings)
@@ -306,21 +307,23 @@ def test_resume_true_picks_the_newest_complete_checkpoint(tmp_path):
     (run_dir / "checkpoint-50").write_text("not a folder")
     shutil.copytree(run_dir / "checkpoint-4", run_dir / "checkpoint-100x")
     shutil.copytree(run_dir / "checkpoint-2", run_dir / ".checkpoint-8.tmp-999")
+    chosen = record_chosen_checkpoints(monkeypatch)
     resumed = train("ours", run_dir, dataset, resume=True, model_seed=7, **settings)
-    assert resumed.trainer._resume_files.checkpoint == str(run_dir / "checkpoint-4")
+    assert chosen[-1] == str(run_dir / "checkpoint-4")
     assert not (run_dir / ".checkpoint-8.tmp-999").exists()
     assert_bit_identical(resumed.weights, straight.weights)
 
 
-def test_reference_choice_of_checkpoint_with_decoys(tmp_path):
+def test_reference_choice_of_checkpoint_with_decoys(tmp_path, monkeypatch):
     """3.13 Check: a decoy file `checkpoint-50` and a decoy dir `checkpoint-100x` next to `checkpoint-8`."""
     dataset = classification_data(10)
     settings = dict(gradient_accumulation_steps=2, max_steps=8, save_steps=8)
     train("ours", tmp_path, dataset, **settings)
     (tmp_path / "checkpoint-50").write_text("decoy")
     (tmp_path / "checkpoint-100x").mkdir()
+    chosen = record_chosen_checkpoints(monkeypatch)
     ours = train("ours", tmp_path, dataset, resume=True, **settings)
-    assert ours.trainer._resume_files.checkpoint == str(tmp_path / "checkpoint-8")
+    assert chosen[-1] == str(tmp_path / "checkpoint-8")
     assert transformers.trainer_utils.get_last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-8")
     # Already finished: no step, train_loss 0.0, as measured for the reference.
     assert ours.output.global_step == 8 and ours.output.training_loss == 0.0

@@ -350,7 +350,8 @@ class HFDeepSpeedStrategy(DeepSpeedStrategy):
         """Resuming: the engine's own checkpoint (weights, optimizer, engine scheduler), then `scheduler.pt` when the
         trainer's schedule is ours to step (the reference's `deepspeed_load_checkpoint` and
         `_load_optimizer_and_scheduler`)."""
-        files = getattr(facade, "_resume_files", None)
+        run = getattr(facade, "_training_run", None)
+        files = run.resume.files if run is not None else None
         if files is None:
             return
         checkpoint = files.checkpoint

@@ -1,0 +1,52 @@
+"""`LoggingConnector`: one run's training-loss window and the reference's per-step log entry.
+
+The facade's `_maybe_log_save_evaluate` asks for an entry when the flow callbacks set `should_log`; this connector
+turns the window since the last entry into `loss` / `grad_norm` / `learning_rate` (EVAL-2.17) and keeps the total
+that becomes `train_loss`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hf_lightning.engine.loss_window import TrainLossWindow
+from hf_lightning.engine.protocols import RunLike, TrainerLike
+
+
+class LoggingConnector:
+    """The loss window since the last training log, the run's loss total and the step last logged."""
+
+    def __init__(self, facade: TrainerLike, run: RunLike):
+        self._facade = facade
+        self._run = run
+        self.loss = TrainLossWindow(facade.args.device)
+        self.total_loss_scalar = 0.0
+        self.globalstep_last_logged = 0
+
+    def begin(self, global_step: int) -> None:
+        """A fresh window and total for an attempt starting at `global_step` (0, or the resumed step)."""
+        self.loss = TrainLossWindow(self._facade.args.device)
+        self.total_loss_scalar = 0.0
+        self.globalstep_last_logged = global_step
+
+    def log_training_window(self, grad_norm: Any, learning_rate: float | None) -> None:
+        """Log the mean loss per update since the last entry, the gradient norm and the learning rate."""
+        facade = self._facade
+        global_step = facade.state.global_step
+        tr_loss_scalar = facade._gather_mean(self.loss.settle()).item()
+        self.loss.reset()
+        logs: dict[str, float] = {"loss": tr_loss_scalar / (global_step - self.globalstep_last_logged)}
+        if grad_norm is not None:
+            logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm
+        logs["learning_rate"] = learning_rate if learning_rate is not None else facade._get_learning_rate()
+        self.total_loss_scalar += tr_loss_scalar
+        self.globalstep_last_logged = global_step
+        facade.store_flos()
+        facade.log(logs, self._run.start_time)
+
+    def training_loss(self, num_steps_trained: int) -> float:
+        """The run's `train_loss`: every logged window plus the unlogged rest, per update trained."""
+        self.total_loss_scalar += self.loss.settle().item()
+        return self.total_loss_scalar / max(num_steps_trained, 0.001)
