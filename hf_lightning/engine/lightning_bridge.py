@@ -6,9 +6,11 @@ bound) are only known once the train dataloader exists, so they are added here.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import lightning.pytorch as pl
@@ -29,6 +31,26 @@ def quiet_lightning_banners() -> None:
     """Raise Lightning's banner loggers to WARNING (idempotent)."""
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+# What Lightning says about the `training_step(dataloader_iter)` flavour our module uses by design (one step pulls
+# one accumulation window), aimed at a LightningModule's author, and the deprecation Lightning's own pytree use
+# raises on this torch: nothing a Trainer script's user can act on, three lines per train() call. Scoped to `fit`
+# rather than set at import, so the process's warning filters stay the user's.
+_ENGINE_DESIGN_WARNINGS = (
+    r"Found `dataloader_iter` argument in the `training_step`",
+    r"You are using the `dataloader_iter` step flavor",
+    r".*`isinstance\(treespec, LeafSpec\)` is deprecated",
+)
+
+
+@contextlib.contextmanager
+def engine_design_warnings_silenced() -> Iterator[None]:
+    """Around `fit`: drop Lightning's warnings about our own step flavour; every other warning still shows."""
+    with warnings.catch_warnings():
+        for message in _ENGINE_DESIGN_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)
+        yield
 
 
 def lightning_trainer_kwargs(plan: Any, values: schedule.TrainingValues) -> dict[str, Any]:

@@ -9,7 +9,6 @@ scheduler and hands the step boundary back to the facade, which logs, evaluates 
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,10 +24,6 @@ from hf_lightning.engine.precision import forward_autocast
 from hf_lightning.engine.protocols import RunLike, TrainerLike
 from hf_lightning.engine.update_dispatch import UpdateDispatch
 from hf_lightning.strategies.fsdp.policies import gradient_sync_disabled
-
-# Lightning flags the iterator-taking `training_step` as experimental; we rely on it on purpose.
-warnings.filterwarnings("ignore", message=".*dataloader_iter.*", module="lightning")
-warnings.filterwarnings("ignore", message=".*`isinstance\\(treespec, LeafSpec\\)`.*")
 
 
 class _BatchIterator(Iterator):

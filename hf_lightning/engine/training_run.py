@@ -21,7 +21,7 @@ from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.checkpoint.connector import CheckpointConnector
 from hf_lightning.checkpoint.resume_connector import ResumeConnector
 from hf_lightning.engine.devices import empty_device_cache, is_out_of_memory
-from hf_lightning.engine.lightning_bridge import build_lightning_trainer
+from hf_lightning.engine.lightning_bridge import build_lightning_trainer, engine_design_warnings_silenced
 from hf_lightning.engine.logging_connector import LoggingConnector
 from hf_lightning.engine.module import HFLightningModule
 from hf_lightning.engine.outputs import TrainOutput
@@ -179,7 +179,8 @@ class TrainingRun:
         lightning_trainer.callbacks.insert(0, callback)
         self.fitting = True
         try:
-            lightning_trainer.fit(module, train_dataloaders=train_dataloader)
+            with engine_design_warnings_silenced():
+                lightning_trainer.fit(module, train_dataloaders=train_dataloader)
             if not callback.started:
                 # Resumed from the final checkpoint: Lightning's loop had nothing to do and skipped on_train_start.
                 callback.on_train_start(lightning_trainer, module)
