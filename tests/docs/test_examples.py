@@ -1,25 +1,67 @@
-"""The example scripts run as a user would run them."""
+"""The example scripts run as a user would run them, and leave what they say they leave."""
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
+from hf_lightning.cli.embedded import (
+    DEFAULT_EVAL_SIZE,
+    EmbeddedCollator,
+    EmbeddedDataset,
+    EmbeddedTokenizer,
+    TinyTransformerClassifier,
+    generate_examples,
+)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_train_classifier_example(tmp_path):
+@pytest.fixture(scope="module")
+def classifier_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One run of examples/train_classifier.py, shared by the tests of what it prints and saves."""
+    output_dir = tmp_path_factory.mktemp("train_classifier")
     completed = subprocess.run(
-        [sys.executable, "examples/train_classifier.py", "--output_dir", str(tmp_path), "--max_steps", "20"],
+        [sys.executable, "examples/train_classifier.py", "--output_dir", str(output_dir), "--max_steps", "20"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
+    return output_dir, completed
+
+
+def test_train_classifier_example(classifier_run):
+    output_dir, completed = classifier_run
     assert "TrainOutput(global_step=20" in completed.stdout
     assert "eval_accuracy" in completed.stdout
-    assert (tmp_path / "model.safetensors").exists()
-    assert json.loads((tmp_path / "vocab.json").read_text())  # the processing class is saved too
+    assert (output_dir / "model.safetensors").exists()
+    assert json.loads((output_dir / "vocab.json").read_text())  # the processing class is saved too
+
+
+def test_saved_example_model_reloads_as_printed(classifier_run):
+    output_dir, completed = classifier_run
+    assert f"TinyTransformerClassifier.from_pretrained({str(output_dir)!r})" in completed.stdout
+
+    # The last such line is evaluate()'s metrics dict (the progress printer's rounded log comes before it).
+    printed = next(line for line in reversed(completed.stdout.splitlines()) if line.startswith("{'eval_loss'"))
+    eval_accuracy = ast.literal_eval(printed)["eval_accuracy"]
+
+    model = TinyTransformerClassifier.from_pretrained(output_dir).eval()
+    tokenizer = EmbeddedTokenizer.from_pretrained(output_dir)
+    dataset = EmbeddedDataset(generate_examples(DEFAULT_EVAL_SIZE, 42, "eval"), tokenizer)
+    batch = EmbeddedCollator(tokenizer.pad_token_id)([dataset[index] for index in range(len(dataset))])
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])["logits"]
+    reloaded_accuracy = float((logits.argmax(-1) == batch["labels"]).float().mean())
+    # The reloaded weights are the trained ones: the same accuracy as the script's own evaluate().
+    assert abs(reloaded_accuracy - eval_accuracy) < 1e-6, (reloaded_accuracy, eval_accuracy)

@@ -227,6 +227,10 @@ def _restored_global_state() -> Iterator[None]:
     levels = {name: logging.getLogger(name).level for name in ("hf_lightning", "transformers")}
     precision = getattr(torch.backends, "fp32_precision", None)
     cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    # Each run starts from transformers' default verbosity: an earlier test's trainer with log_level="debug" sets
+    # it for the whole process (as the reference's does), which would make the base run's verbosity depend on
+    # the test order.
+    transformers.logging.set_verbosity(transformers.logging.WARNING)
     try:
         yield
     finally:
