@@ -86,7 +86,7 @@ class SchedulerType(ExplicitEnum):
 
 
 class OptimizerNames(ExplicitEnum):
-    """Names accepted by ``optim`` (the reference's full list; which ones run is decided in ``optim.py``)."""
+    """Names accepted by ``optim`` (the reference's full list; which ones run is decided in ``optim/optimizers.py``)."""
 
     ADAMW_TORCH = "adamw_torch"
     ADAMW_TORCH_FUSED = "adamw_torch_fused"

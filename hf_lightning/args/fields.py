@@ -1,6 +1,6 @@
 """The field catalogue of ``TrainingArguments``: the reference's 114 fields, in its order, with its defaults.
 
-Kept apart from ``args.py`` (normalisation and methods) so that each module stays readable. The help
+Kept apart from ``args/training_args.py`` (normalisation and methods) so that each module stays readable. The help
 texts are the reference's (transformers 5.24, Apache-2.0), so the command-line help reads the same.
 """
 

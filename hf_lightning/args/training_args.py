@@ -1,10 +1,10 @@
 """``TrainingArguments`` and ``Seq2SeqTrainingArguments``: the reference's arguments, without transformers.
 
-Same fields, order and defaults as transformers 5.24 (see ``args_fields.py``), the same
-``__post_init__`` normalisation (R1.2), validation (``args_validation.py``), v4 keyword aliases
-(``args_aliases.py``), serialisation and helpers. Unlike the reference, building the arguments does
+Same fields, order and defaults as transformers 5.24 (see ``args/fields.py``), the same
+``__post_init__`` normalisation (R1.2), validation (``args/validation.py``), v4 keyword aliases
+(``args/aliases.py``), serialisation and helpers. Unlike the reference, building the arguments does
 not set up accelerate or a process group: the process layout is read from the launcher's env
-variables, and the device is derived lazily (``args_process.py``).
+variables, and the device is derived lazily (``args/process.py``).
 """
 
 from __future__ import annotations

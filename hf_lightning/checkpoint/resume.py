@@ -118,7 +118,7 @@ def prepare_resume(
             "a checkpoint folder path, or None."
         )
     weights_files = [name for name in _WEIGHTS_FILES if os.path.isfile(os.path.join(checkpoint, name))]
-    # FSDP: the weights and the optimizer load into the wrapped model at train start (fsdp_checkpoint.py).
+    # FSDP: the weights and the optimizer load into the wrapped model at train start (strategies/fsdp/checkpoint.py).
     fsdp = is_fsdp_plan(getattr(trainer, "plan", None))
     # DeepSpeed: the engine loads its own checkpoint (`global_step*`: weights, optimizer, engine scheduler) once it
     # exists, as the reference's `deepspeed_load_checkpoint`; the weights file is neither needed nor read here.

@@ -1,7 +1,7 @@
 """Train / eval / test DataLoaders built exactly as the reference builds and prepares them (R3.1-R3.12).
 
 DataLoader arguments and worker seeding (R3.8), whole-batch sharding across processes (R3.4), epoch
-forwarding (R3.7) and `num_examples`; the sampler choice and column removal come from `data.py`.
+forwarding (R3.7) and `num_examples`; the sampler choice and column removal come from `data/model_inputs.py`.
 transformers, accelerate and datasets are never imported here.
 """
 

@@ -96,7 +96,7 @@ def _accelerator_config(field: str, value: Any, ctx: Context) -> Decision:
             "set only gradient_accumulation_steps (rules: docs/reference-behaviour.md)"
         )
     return honoured(
-        "samplers.py / data.py: batch sharding and sampler options (R7.4); HFLightningModule: "
+        "data/samplers.py / data/dataloaders.py: batch sharding and sampler options (R7.4); HFLightningModule: "
         "sync_each_batch (num_steps: see gradient_accumulation_steps)",
         module=settings,
     )
@@ -132,7 +132,7 @@ def _train_sampling_strategy(field: str, value: Any, ctx: Context) -> Decision:
 def _dataloader_prefetch_factor(field: str, value: Any, ctx: Context) -> Decision:
     if value is not None and not ctx.get("dataloader_num_workers"):
         return refused("needs dataloader_num_workers > 0 (V11)")
-    return honoured("data.py: DataLoader prefetch_factor")
+    return honoured("data/dataloaders.py: DataLoader prefetch_factor")
 
 
 # ------------------------------------------------------------------ debug
@@ -191,42 +191,42 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "dataloader_drop_last",
         False,
-        always("data.py: drop_last of the train, eval and test dataloaders"),
+        always("data/dataloaders.py: drop_last of the train, eval and test dataloaders"),
         "DataLoader drop_last",
     ),
     FieldEntry(
         "dataloader_num_workers",
         0,
-        always("data.py: DataLoader num_workers, workers seeded as the reference (R3.8)"),
+        always("data/dataloaders.py: DataLoader num_workers, workers seeded as the reference (R3.8)"),
         "DataLoader workers",
     ),
     FieldEntry(
-        "dataloader_pin_memory", True, always("data.py: DataLoader pin_memory"), "DataLoader pin_memory"
+        "dataloader_pin_memory", True, always("data/dataloaders.py: DataLoader pin_memory"), "DataLoader pin_memory"
     ),
     FieldEntry(
         "dataloader_persistent_workers",
         False,
-        always("data.py: DataLoader persistent_workers"),
+        always("data/dataloaders.py: DataLoader persistent_workers"),
         "DataLoader persistent_workers",
     ),
     FieldEntry("dataloader_prefetch_factor", None, _dataloader_prefetch_factor, "DataLoader prefetch_factor"),
     FieldEntry(
         "dataloader_multiprocessing_context",
         None,
-        always("data.py: DataLoader multiprocessing_context"),
+        always("data/dataloaders.py: DataLoader multiprocessing_context"),
         "DataLoader multiprocessing_context",
     ),
-    FieldEntry("dataloader_in_order", True, always("data.py: DataLoader in_order"), "DataLoader in_order"),
+    FieldEntry("dataloader_in_order", True, always("data/dataloaders.py: DataLoader in_order"), "DataLoader in_order"),
     FieldEntry(
         "remove_unused_columns",
         True,
-        always("data.py / collate.py: inputs forward() does not accept are dropped (R3.11)"),
+        always("data/model_inputs.py / data/collate.py: inputs forward() does not accept are dropped (R3.11)"),
         "drop unused dataset columns",
     ),
     FieldEntry(
         "label_names",
         None,
-        always("data.py: label keys (default derived from the model's forward, R3.12)"),
+        always("data/model_inputs.py: label keys (default derived from the model's forward, R3.12)"),
         "label keys",
     ),
     FieldEntry(

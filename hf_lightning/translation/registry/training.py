@@ -74,7 +74,7 @@ def _optim_target_modules(field: str, value: Any, ctx: Context) -> Decision:
     optim = str(ctx.get("optim"))
     uses_targets = optim.startswith(_TARGET_MODULE_OPTIMIZERS)
     if uses_targets:
-        return honoured("optim_extras.py: selects the modules GaLore / APOLLO project")
+        return honoured("optim/extras.py: selects the modules GaLore / APOLLO project")
     return not_applicable(
         f"only GaLore / APOLLO optimizers read it; optim={optim!r} does not (as in the reference)"
     )
@@ -83,7 +83,7 @@ def _optim_target_modules(field: str, value: Any, ctx: Context) -> Decision:
 def _optim_args(field: str, value: Any, ctx: Context) -> Decision:
     if not value:
         return honoured("no extra optimizer options")
-    return honoured("optim.py: parsed as 'k=v,...'; each optimizer converts the keys it knows")
+    return honoured("optim/optimizers.py: parsed as 'k=v,...'; each optimizer converts the keys it knows")
 
 
 # ------------------------------------------------------------------ stability
@@ -291,7 +291,7 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "per_device_train_batch_size",
         8,
-        always("data.py: batch size of each process's train dataloader"),
+        always("data/dataloaders.py: batch size of each process's train dataloader"),
         "train dataloader batch size",
     ),
     FieldEntry(
@@ -304,7 +304,7 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "learning_rate",
         5e-5,
-        always("optim.py: lr of every parameter group (peak of the schedule)"),
+        always("optim/optimizers.py: lr of every parameter group (peak of the schedule)"),
         "optimizer learning rate",
     ),
     FieldEntry(
@@ -325,7 +325,7 @@ ENTRIES: list[FieldEntry] = [
         "optim",
         "adamw_torch_fused",
         always(
-            "optim.py: optimizer class and kwargs built at train start (missing optional packages raise there, as in the reference)"
+            "optim/optimizers.py: optimizer class and kwargs built at train start (missing optional packages raise there, as in the reference)"
         ),
         "optimizer name; `adamw_torch` on torch < 2.8",
     ),
@@ -333,25 +333,25 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "weight_decay",
         0.0,
-        always("optim.py: decay parameter group only (R5.2)"),
+        always("optim/optimizers.py: decay parameter group only (R5.2)"),
         "weight decay of the decay group",
     ),
     FieldEntry(
         "adam_beta1",
         0.9,
-        always("optim.py: Adam-family optimizers (others ignore it, as in the reference)"),
+        always("optim/optimizers.py: Adam-family optimizers (others ignore it, as in the reference)"),
         "Adam beta1",
     ),
     FieldEntry(
         "adam_beta2",
         0.999,
-        always("optim.py: Adam-family optimizers (others ignore it, as in the reference)"),
+        always("optim/optimizers.py: Adam-family optimizers (others ignore it, as in the reference)"),
         "Adam beta2",
     ),
     FieldEntry(
         "adam_epsilon",
         1e-8,
-        always("optim.py: Adam-family optimizers (others ignore it, as in the reference)"),
+        always("optim/optimizers.py: Adam-family optimizers (others ignore it, as in the reference)"),
         "Adam epsilon",
     ),
     FieldEntry("optim_target_modules", None, _optim_target_modules, "GaLore / APOLLO target modules"),
