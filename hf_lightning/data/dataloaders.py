@@ -21,7 +21,6 @@ from hf_lightning.data.model_inputs import (
     apply_column_removal,
     get_eval_sampler,
     get_train_sampler,
-    planned_settings,
 )
 from hf_lightning.data.samplers import BatchRebalanceSampler, shard_batches
 from hf_lightning.engine.seeding import set_seed
@@ -214,6 +213,8 @@ def _build_dataloader(
         )
     if world_size <= 1 or isinstance(sampler, BatchRebalanceSampler):
         return HFDataLoader(dataset, **params)
+
+    from hf_lightning.translation.translate import planned_settings
 
     settings = planned_settings(args, settings)
     if settings.dispatch_batches:

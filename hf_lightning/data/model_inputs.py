@@ -148,15 +148,6 @@ def apply_column_removal(
 # ---- samplers ---------------------------------------------------------------------------------------------
 
 
-def planned_settings(args: Any, settings: ModuleSettings | None) -> ModuleSettings:
-    """The plan's module settings: the trainer passes its own; a direct call translates `args` for them."""
-    if settings is not None:
-        return settings
-    from hf_lightning.translation.translate import translate
-
-    return translate(args, raise_on_refusal=False).module
-
-
 def _length_column(dataset: Any, args: Any) -> list[int] | None:
     if is_datasets_dataset(dataset) and args.length_column_name in dataset.column_names:
         return list(dataset[args.length_column_name])
@@ -187,6 +178,8 @@ def get_train_sampler(
     The random order is seeded with `data_seed`, else `seed_for_sampler`, else `torch.initial_seed()`
     read now (the reference reads it when the train loader is built).
     """
+    from hf_lightning.translation.translate import planned_settings
+
     settings = planned_settings(args, settings)
     strategy = args.train_sampling_strategy
     if not has_length(dataset):

@@ -29,16 +29,18 @@ def planned_autocast_dtype(settings: ModuleSettings) -> torch.dtype | None:
 
 def forward_autocast_dtype(args: Any) -> torch.dtype | None:
     """`planned_autocast_dtype` for arguments outside a trainer (translated now)."""
-    from hf_lightning.translation.translate import translate
+    from hf_lightning.translation.translate import planned_settings
 
-    return planned_autocast_dtype(translate(args, raise_on_refusal=False).module)
+    return planned_autocast_dtype(planned_settings(args))
 
 
 def forward_autocast(model: torch.nn.Module, args: Any, settings: ModuleSettings | None = None):
     """A context in which `model`'s forward runs under the reference's autocast (a no-op in full precision).
 
     `settings`: the trainer's plan; translated from `args` when not given."""
-    dtype = planned_autocast_dtype(settings) if settings is not None else forward_autocast_dtype(args)
+    from hf_lightning.translation.translate import planned_settings
+
+    dtype = planned_autocast_dtype(planned_settings(args, settings))
     if dtype is None:
         return contextlib.nullcontext()
     return autocast_forward(model, args.device.type, dtype)

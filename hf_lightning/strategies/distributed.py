@@ -202,7 +202,7 @@ def check_even_eval_shards(args: Any, dataset: Any, settings: ModuleSettings | N
     With `accelerator_config.even_batches=False` and a dataset size that is not a multiple of the global
     eval batch, the processes get different numbers (or sizes) of batches.
     """
-    from hf_lightning.data.model_inputs import planned_settings
+    from hf_lightning.translation.translate import planned_settings
 
     settings = planned_settings(args, settings)
     total_batch_size = args.eval_batch_size * args.world_size

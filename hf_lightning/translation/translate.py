@@ -153,6 +153,13 @@ def translate(args: Any, env: Environment | None = None, *, raise_on_refusal: bo
     return plan
 
 
+def planned_settings(args: Any, settings: ModuleSettings | None = None) -> ModuleSettings:
+    """The plan's module settings: the trainer passes its own; a helper called on bare arguments translates them."""
+    if settings is not None:
+        return settings
+    return translate(args, raise_on_refusal=False).module
+
+
 def explain(plan: Plan) -> str:
     """A readable table, one line per field: field, value, status, how."""
     rows = [(note.field, _short(note.value), note.status, note.how) for note in plan.notes.values()]
