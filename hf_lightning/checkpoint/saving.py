@@ -47,6 +47,7 @@ from hf_lightning.checkpoint.files import (
 )
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
 from hf_lightning.checkpoint.output_folder import apply_umask
+from hf_lightning.checkpoint.save_imports import deepspeed_probe_skipped_while_unloaded
 from hf_lightning.data.model_inputs import is_peft_model
 from hf_lightning.strategies.distributed import barrier
 
@@ -438,7 +439,6 @@ class CheckpointMixin(MetricsIOMixin):
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """Weights (`save_pretrained` or a flat safetensors file), processing class files, `training_args.bin`."""
-        import safetensors.torch
         import torch
 
         output_dir = output_dir if output_dir is not None else self.args.output_dir
@@ -447,23 +447,8 @@ class CheckpointMixin(MetricsIOMixin):
         os.makedirs(output_dir, exist_ok=True)
         logger.info(f"Saving model checkpoint to {output_dir}")
         reach("model")
-        if is_pretrained_model(self.model):
-            self.model.save_pretrained(
-                output_dir, state_dict=state_dict, is_main_process=self.args.should_save
-            )
-        else:
-            if state_dict is None:
-                state_dict = self.model.state_dict()
-            unwrapped = unwrap_model(self.model)
-            if is_pretrained_model(unwrapped):
-                unwrapped.save_pretrained(
-                    output_dir, state_dict=state_dict, is_main_process=self.args.should_save
-                )
-            else:
-                logger.info("Trainer.model is not a `PreTrainedModel`, only saving its state dict.")
-                safetensors.torch.save_file(
-                    state_dict, os.path.join(output_dir, SAFE_WEIGHTS_NAME), metadata={"format": "pt"}
-                )
+        with deepspeed_probe_skipped_while_unloaded():
+            self._save_weights(output_dir, state_dict)
         apply_umask(output_dir)
         processing_class = self.processing_class
         if processing_class is None:
@@ -478,6 +463,26 @@ class CheckpointMixin(MetricsIOMixin):
             processing_class.save_pretrained(output_dir)
         reach("training_args")
         torch.save(training_args_to_plain_dict(self.args), os.path.join(output_dir, TRAINING_ARGS_NAME))
+
+    def _save_weights(self, output_dir: str, state_dict: dict | None) -> None:
+        """The weights alone: the model's `save_pretrained` (unwrapped first) or a flat safetensors file."""
+        import safetensors.torch
+
+        if is_pretrained_model(self.model):
+            self.model.save_pretrained(
+                output_dir, state_dict=state_dict, is_main_process=self.args.should_save
+            )
+            return
+        if state_dict is None:
+            state_dict = self.model.state_dict()
+        unwrapped = unwrap_model(self.model)
+        if is_pretrained_model(unwrapped):
+            unwrapped.save_pretrained(output_dir, state_dict=state_dict, is_main_process=self.args.should_save)
+        else:
+            logger.info("Trainer.model is not a `PreTrainedModel`, only saving its state dict.")
+            safetensors.torch.save_file(
+                state_dict, os.path.join(output_dir, SAFE_WEIGHTS_NAME), metadata={"format": "pt"}
+            )
 
     def save_state(self) -> None:
         """Write `output_dir/trainer_state.json` (world process zero only), replacing any previous file at once."""
