@@ -322,3 +322,78 @@ def test_arguments_without_meaning_for_a_metric_object_are_refused(tmp_path):
 def test_local_rows_to_keep(rows, last, remainder, rank, kept):
     """Rank r keeps its share of the gathered last round's first `remainder` rows."""
     assert local_rows_to_keep(rows, last, remainder, rank) == kept
+
+
+def _decode(row) -> str:
+    """The small decode step of the generation test: token ids as words, without pad (0), EOS (1) and -100."""
+    return " ".join(str(token) for token in row if token > 1)
+
+
+class BatchShapes(Metric):
+    """Records the shapes and padding of what each update receives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("calls", default=torch.tensor(0), dist_reduce_fx="sum")
+        self.seen: list[tuple] = []
+
+    def update(self, predictions: torch.Tensor, labels: torch.Tensor) -> None:
+        self.calls += 1
+        self.seen.append((tuple(predictions.shape), tuple(labels.shape), bool((labels == -100).any())))
+
+    def compute(self) -> torch.Tensor:
+        return self.calls
+
+
+def test_generation_feeds_generated_ids_to_a_text_metric_through_a_decode_step(tmp_path):
+    """predict_with_generate: the metric receives what prediction_step returns per batch (generated ids padded
+    with the pad id to the generation width, labels likewise, the collator's -100 kept); a word error rate over
+    decoded ids equals the reference's numpy decode of the gathered predictions."""
+    from torchmetrics.functional.text import word_error_rate
+    from torchmetrics.text import WordErrorRate
+    from torchmetrics.wrappers import LambdaInputTransformer
+
+    from hf_lightning import Seq2SeqTrainer, Seq2SeqTrainingArguments
+    from tests.parity.models import make_tiny_t5, pad_seq2seq_batch, seq2seq_data
+
+    def decode_batch(ids: torch.Tensor) -> list[str]:
+        return [_decode(row) for row in ids.tolist()]
+
+    def numpy_wer(eval_prediction):
+        predictions = [_decode(row) for row in eval_prediction.predictions.tolist()]
+        references = [_decode(row) for row in eval_prediction.label_ids.tolist()]
+        return {"wer": float(word_error_rate(predictions, references))}
+
+    shapes = BatchShapes()
+    ours_metrics = {
+        "wer": LambdaInputTransformer(
+            WordErrorRate(), transform_pred=decode_batch, transform_target=decode_batch
+        ),
+        "batches": shapes,
+    }
+    data = seq2seq_data(5)
+    result = run_parity(
+        make_tiny_t5(),
+        None,
+        tmp_path,
+        reference_trainer_cls=transformers.Seq2SeqTrainer,
+        our_trainer_cls=Seq2SeqTrainer,
+        reference_args_cls=transformers.Seq2SeqTrainingArguments,
+        our_args_cls=Seq2SeqTrainingArguments,
+        trainer_kwargs={"data_collator": pad_seq2seq_batch},
+        reference_trainer_kwargs={"compute_metrics": numpy_wer},
+        our_trainer_kwargs={"compute_metrics": ours_metrics},
+        run=lambda t: t.evaluate(data),
+        predict_with_generate=True,
+        per_device_eval_batch_size=2,
+    )
+    ours, ref = result.ours.output, result.reference.output
+    assert abs(ours["eval_wer"] - ref["eval_wer"]) < 1e-6 and ours["eval_wer"] > 0
+    assert ours["eval_loss"] == ref["eval_loss"]
+    assert ours["eval_batches"] == 3.0
+    # Batches of 2, 2 and 1: generated ids at least the generation config's max_length (20) wide (shorter ones
+    # padded with the pad id), labels (at most 3 tokens) padded to 20, the collator's -100 kept where a label is
+    # shorter than its batch's longest.
+    assert [(seen[0][0], seen[1]) for seen in shapes.seen] == [(2, (2, 20)), (2, (2, 20)), (1, (1, 20))]
+    assert all(seen[0][1] >= 20 for seen in shapes.seen)
+    assert any(seen[2] for seen in shapes.seen)
