@@ -37,12 +37,16 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+# `python benchmarks/metric_objects.py` measures this checkout's hf_lightning, not an installed one.
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 README = REPO / "benchmarks" / "README.md"
 TABLE_START, TABLE_END = "<!-- metric-objects:start -->", "<!-- metric-objects:end -->"
 RUNNERS = ("transformers", "hf_lightning", "hf_lightning_callable")
 OURS, REFERENCE = "hf_lightning", "transformers"
 FEATURES, EVAL_BATCH, WARM_UP_SAMPLES, SEED = 64, 256, 512, 42
 FLAT_WITHIN_MB = 16.0
+METRICS = ("accuracy", "f1")
 SCALES = {
     "full": {"sizes": (4000, 16000), "classes": 2000, "repeats": 3},
     "smoke": {"sizes": (300, 600), "classes": 50, "repeats": 1},
@@ -87,8 +91,8 @@ def _dataset(samples: int, classes: int, seed: int):
     return Data()
 
 
-def numpy_metrics(classes: int):
-    """The reference's way: accuracy and macro F1 from every gathered logit."""
+def numpy_metrics(classes: int, names: tuple[str, ...] = METRICS):
+    """The reference's way: accuracy and macro F1 (those of `names`) from every gathered logit."""
     import numpy as np
 
     def compute_metrics(eval_prediction) -> dict[str, float]:
@@ -100,21 +104,22 @@ def numpy_metrics(classes: int):
         denominator = predicted + actual
         f1 = np.where(denominator > 0, 2 * tp / np.maximum(denominator, 1), 0.0)
         present = denominator > 0
-        return {"accuracy": float((predictions == labels).mean()), "f1": float(f1[present].mean())}
+        values = {"accuracy": float((predictions == labels).mean()), "f1": float(f1[present].mean())}
+        return {name: values[name] for name in names}
 
     return compute_metrics
 
 
-def metric_collection(classes: int):
+def metric_collection(classes: int, names: tuple[str, ...] = METRICS):
+    """Ours: the same values from torchmetrics objects, updated per batch."""
     from torchmetrics import MetricCollection
     from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-    return MetricCollection(
-        {
-            "accuracy": MulticlassAccuracy(classes, average="micro"),
-            "f1": MulticlassF1Score(classes, average="macro"),
-        }
-    )
+    metrics = {
+        "accuracy": lambda: MulticlassAccuracy(classes, average="micro"),
+        "f1": lambda: MulticlassF1Score(classes, average="macro"),
+    }
+    return MetricCollection({name: metrics[name]() for name in names})
 
 
 class PeakRss:
@@ -145,7 +150,7 @@ class PeakRss:
         self.growth_mb = max(growth, 0) / 2**20
 
 
-def run_one(runner: str, samples: int, classes: int) -> dict[str, Any]:
+def run_one(runner: str, samples: int, classes: int, names: tuple[str, ...] = METRICS) -> dict[str, Any]:
     """One runner on one eval size: untimed warm-up evaluate(), then the measured one."""
     import torch
 
@@ -153,11 +158,13 @@ def run_one(runner: str, samples: int, classes: int) -> dict[str, Any]:
     if runner == "transformers":
         from transformers import Trainer, TrainingArguments
 
-        compute_metrics: Any = numpy_metrics(classes)
+        compute_metrics: Any = numpy_metrics(classes, names)
     else:
         from hf_lightning import Trainer, TrainingArguments
 
-        compute_metrics = metric_collection(classes) if runner == OURS else numpy_metrics(classes)
+        compute_metrics = (
+            metric_collection(classes, names) if runner == OURS else numpy_metrics(classes, names)
+        )
     with tempfile.TemporaryDirectory() as output_dir:
         args = TrainingArguments(
             output_dir=output_dir,
@@ -182,14 +189,17 @@ def run_one(runner: str, samples: int, classes: int) -> dict[str, Any]:
         "samples_per_s": samples / seconds,
         "evaluate_s": seconds,
         "accuracy": metrics["eval_accuracy"],
-        "f1": metrics["eval_f1"],
+        "f1": metrics.get("eval_f1"),
     }
 
 
 # ---- the suite (parent process) ---------------------------------------------------------------------------
-def _spawn(runner: str, samples: int, classes: int, core: str | None) -> dict[str, Any]:
+def _spawn(
+    runner: str, samples: int, classes: int, names: tuple[str, ...], core: str | None
+) -> dict[str, Any]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(REPO))
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", runner, str(samples), str(classes)]
+    command.append(",".join(names))
     if core is not None and sys.platform.startswith("linux"):
         command = ["taskset", "-c", core, *command]
     completed = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
@@ -310,11 +320,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus", default="0", help="taskset cores, comma-separated; runs go one at a time")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "metric_objects.json"))
     parser.add_argument("--readme", action="store_true", help="rewrite the table in benchmarks/README.md")
-    parser.add_argument("--worker", nargs=3, metavar=("RUNNER", "SAMPLES", "CLASSES"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--metrics", default=",".join(METRICS), help="comma-separated, of accuracy,f1 (default: both)"
+    )
+    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.worker:
-        runner, samples, classes = options.worker
-        print(json.dumps(run_one(runner, int(samples), int(classes))))
+        runner, samples, classes, names = options.worker
+        print(json.dumps(run_one(runner, int(samples), int(classes), tuple(names.split(",")))))
         return 0
 
     scale = "smoke" if options.smoke else "full"
@@ -326,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         shift = repeat % len(RUNNERS)
         for samples in settings["sizes"]:
             for runner in RUNNERS[shift:] + RUNNERS[:shift]:
-                result = _spawn(runner, samples, settings["classes"], core)
+                result = _spawn(runner, samples, settings["classes"], tuple(options.metrics.split(",")), core)
                 result["repeat"] = repeat
                 results.append(result)
                 print(

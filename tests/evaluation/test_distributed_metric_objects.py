@@ -23,6 +23,8 @@ from tests.evaluation.test_distributed_eval import _free_port
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "distributed" / "metrics_eval_script.py"
 WORLD_SIZE = 2
+# A 2-process torchrun launch (about a minute on a loaded machine).
+pytestmark = pytest.mark.slow
 VALUE_KEYS = ("eval_token_accuracy", "eval_token_f1", "eval_sequences")
 
 
