@@ -259,6 +259,10 @@ def markdown_tables(report: dict[str, Any]) -> str:
             f"{fmt_spread(row['ratio'])} | **{row['status']}** | {row['twin_metric']} | "
             f"{fmt_spread(row['twin_ratio'])} | {row['twin_status']} |"
         )
+    # benchmarks/metric_objects.py runs on its own; its targets join this table ("not measured" without a run).
+    from benchmarks.metric_objects import target_rows
+
+    lines.extend(target_rows(report.get("metric_objects")))
     lines.append("")
     disagreements = [row for row in report["loss_agreement"] if not row["agree"]]
     worst = max((row["max_rel_diff"] for row in report["loss_agreement"]), default=0.0)

@@ -74,7 +74,7 @@ class HFLightningSeq2SeqTrainer(HFLightningTrainer):
         processing_class: Any = None,
         model_init: Callable[..., nn.Module] | None = None,
         compute_loss_func: Callable | None = None,
-        compute_metrics: Callable | None = None,
+        compute_metrics: Callable | Mapping[str, Any] | None = None,
         callbacks: list[TrainerCallback] | None = None,
         optimizers: tuple[torch.optim.Optimizer | None, Any] = (None, None),
         preprocess_logits_for_metrics: Callable | None = None,

@@ -47,6 +47,7 @@ from hf_lightning.engine.seeding import seed_from_args
 from hf_lightning.engine.step_methods import TrainingStepMixin
 from hf_lightning.evaluation.helpers import deepspeed_input_dtype
 from hf_lightning.evaluation.loop import EvaluationMixin
+from hf_lightning.evaluation.metric_objects import check_metric_object_arguments
 from hf_lightning.integrations.hp_search import HyperparameterSearchMixin
 from hf_lightning.optim.trainer_methods import OptimizerMixin
 from hf_lightning.strategies.launch import maybe_launch_over_devices
@@ -77,7 +78,7 @@ class HFLightningTrainer(
         processing_class: Any = None,
         model_init: Callable[..., nn.Module] | None = None,
         compute_loss_func: Callable | None = None,
-        compute_metrics: Callable | None = None,
+        compute_metrics: Callable | Mapping[str, Any] | None = None,
         callbacks: list[TrainerCallback] | None = None,
         optimizers: tuple[torch.optim.Optimizer | None, Any] = (None, None),
         optimizer_cls_and_kwargs: tuple[type[torch.optim.Optimizer], dict[str, Any]] | None = None,
@@ -276,6 +277,7 @@ class HFLightningTrainer(
                 "`args.metric_for_best_model` must be provided when using 'best' save_strategy or if "
                 "`args.load_best_model_at_end` is set to `True`."
             )
+        check_metric_object_arguments(self.compute_metrics, args)
         if args.batch_eval_metrics and self.compute_metrics is not None:
             if "compute_result" not in inspect.signature(self.compute_metrics).parameters:
                 raise ValueError(

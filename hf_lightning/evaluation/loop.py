@@ -37,6 +37,7 @@ from hf_lightning.evaluation.helpers import (
     spans_several_devices,
     speed_metrics,
 )
+from hf_lightning.evaluation.metric_objects import local_rows_to_keep, streaming_metrics_for
 from hf_lightning.integrations.logger_adapters import publish_predict_metrics
 from hf_lightning.strategies.fsdp.policies import is_fsdp2_model
 
@@ -197,6 +198,12 @@ class EvaluationMixin:
         # Counted for datasets without a length.
         observed_num_examples = 0
         keep_results = not args.batch_eval_metrics or description == "Prediction"
+        # A torchmetrics object is updated per batch: evaluate() then gathers and keeps no predictions.
+        streaming = streaming_metrics_for(self.compute_metrics, args)
+        streamed_any = False
+        if streaming is not None:
+            streaming.reset()
+            keep_results = description == "Prediction"
 
         self._eval_on_last_batch = False
         try:
@@ -235,12 +242,21 @@ class EvaluationMixin:
                         inputs_decode = self._gather_for_metrics(inputs_decode)
                         if keep_results:
                             all_inputs.add(inputs_decode)
+                    streamed = None
+                    if streaming is not None and logits is not None and labels is not None:
+                        streamed = self._update_streaming_metrics(streaming, logits, labels)
+                        streamed_any = True
+                        if not keep_results:
+                            logits = labels = None
                     if labels is not None:
                         # Padded before `preprocess_logits_for_metrics` sees them.
                         labels = self._pad_across_processes(labels, dim=1, pad_index=-100)
                     if logits is not None:
                         logits = self._pad_across_processes(logits, dim=1, pad_index=-100)
-                        if self.preprocess_logits_for_metrics is not None:
+                        if streamed is not None and not distributed.is_distributed():
+                            # One process: no padding across processes, so the metric's input is the same.
+                            logits = streamed
+                        elif self.preprocess_logits_for_metrics is not None:
                             logits = self.preprocess_logits_for_metrics(logits, labels)
                         logits = self._gather_for_metrics(logits)
                         if keep_results:
@@ -287,7 +303,10 @@ class EvaluationMixin:
 
         num_samples = self._count_eval_samples(dataloader, eval_dataset, observed_num_examples)
 
-        if (
+        if streaming is not None:
+            # Every process computes: torchmetrics syncs the states across them.
+            metrics = streaming.compute() if streamed_any else {}
+        elif (
             self.compute_metrics is not None
             and all_preds is not None
             and all_labels is not None
@@ -425,6 +444,27 @@ class EvaluationMixin:
     # ----------------------------------------------------------------------------------------------------
     # hooks for the distributed and HP-search work, and small steps of the loop
     # ----------------------------------------------------------------------------------------------------
+
+    def _update_streaming_metrics(self, streaming: Any, logits: Any, labels: Any) -> Any:
+        """Update a torchmetrics `compute_metrics` with this process's batch; return what the metric received.
+
+        The predictions are `preprocess_logits_for_metrics(logits, labels)` when given, else the logits, unpadded
+        and on their device; labels as the collator made them (-100 included: the metric's `ignore_index`
+        decides). On the last batch the rows the distributed sampler repeated are left out, so every sample
+        updates the metric exactly once across processes.
+        """
+        predictions = logits
+        if self.preprocess_logits_for_metrics is not None:
+            predictions = self.preprocess_logits_for_metrics(logits, labels)
+        batch_rows = find_batch_size(labels)
+        rows = None
+        if batch_rows is not None:
+            rank = torch.distributed.get_rank() if distributed.is_distributed() else 0
+            rows = local_rows_to_keep(
+                batch_rows, self._eval_on_last_batch, self._eval_last_batch_remainder, rank
+            )
+        streaming.update(predictions, labels, rows)
+        return predictions
 
     def _gather_for_metrics(self, data: Any, is_loss: bool = False) -> Any:
         """Gather `data` from every process (rank order) and drop the last batch's padding samples.
