@@ -35,6 +35,7 @@ class CommitRecord:
 
     repo_id: str
     branch: str
+    sha: str
     message: str
     added: tuple[str, ...]
     deleted: tuple[str, ...]
@@ -261,7 +262,7 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 sha = state.new_sha()
                 repo.trees[sha] = tree
                 repo.branches[branch] = sha
-                state.commits.append(CommitRecord(repo_id, branch, message, tuple(added), tuple(deleted)))
+                state.commits.append(CommitRecord(repo_id, branch, sha, message, tuple(added), tuple(deleted)))
             url = f"http://{self.headers['Host']}/{repo_id}/commit/{sha}"
             self._send(200, {"success": True, "commitOid": sha, "commitUrl": url, "pullRequestUrl": None})
 
