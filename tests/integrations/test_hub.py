@@ -294,3 +294,17 @@ def test_two_processes_push_from_rank_zero_only(hub, tmp_path):
     assert [message for _, message, _, _ in ours] == [
         "Training in progress, step 2", "Training in progress, step 2, checkpoint", "End of training"
     ]
+
+
+def test_a_failed_background_push_is_reported(hub, tmp_path, caplog):
+    """A push to a branch that does not exist fails in the background: the reference says nothing, we warn."""
+    import logging
+
+    caplog.set_level(logging.WARNING)
+    for side in SIDES:
+        _train(side, tmp_path / side, [WaitForPushes()], hub_model_id=f"{USER}/no-branch-{side}",
+               hub_revision="missing", max_steps=2)
+    failures = [r for r in caplog.records if "background push to the Hub failed" in r.getMessage()]
+    assert [r.name for r in failures] == ["hf_lightning.integrations.hub"]
+    assert "RevisionNotFound" in failures[0].getMessage() or "missing" in failures[0].getMessage()
+    assert hub.state.commits_of(f"{USER}/no-branch-ours") == []
