@@ -96,6 +96,8 @@ def scenario_runs(hub, tmp_path_factory):
             if scenario == "end":
                 future = trainer.push_to_hub(blocking=False)
                 pushed = future.result()
+            elif scenario == "checkpoint":  # keywords go to the model card
+                pushed = trainer.push_to_hub(license="mit", tags=["hub-test"], finetuned_from="tiny-bert")
             else:
                 pushed = trainer.push_to_hub()
             runs[scenario][side] = (trainer, out_dir, pushed)
@@ -141,6 +143,9 @@ def test_commit_sequence_and_tree_match_the_reference(hub, scenario_runs, scenar
     assert our_tree["README.md"].decode().replace(names["ours"], "NAME") == reference_tree["README.md"].decode().replace(
         names["ref"], "NAME"
     )
+    if scenario == "checkpoint":
+        card = our_tree["README.md"].decode()
+        assert "license: mit" in card and "- hub-test" in card and "tiny-bert" in card
     if "hub_revision" in fields:  # main holds the initial commit only
         assert sorted(hub.state.tree(_repo(scenario, "ours"))) == [".gitattributes"]
 
@@ -191,13 +196,38 @@ def test_a_wrong_or_missing_token_fails_before_training(hub, tmp_path, monkeypat
     assert not (tmp_path / "ours").exists() or not any((tmp_path / "ours").glob("checkpoint-*"))
 
 
-def test_hub_token_and_default_repo_name(hub, tmp_path):
-    """hub_token picks the account; without hub_model_id the repo is named after output_dir."""
-    args = hf_lightning.TrainingArguments(output_dir=str(tmp_path / "named-by-dir"), push_to_hub=True,
-                                          hub_token=OTHER_TOKEN, use_cpu=True, report_to="none")
-    trainer = hf_lightning.Trainer(model=make_tiny_bert_classifier(), args=args)
-    assert trainer.hub_model_id == "other/named-by-dir"
-    assert "other/named-by-dir" in hub.state.repos
+def test_hub_token_cached_login_and_default_repo_name(hub, tmp_path, monkeypatch):
+    """hub_token picks the account, else HF_TOKEN, else the cached login; without hub_model_id the repo is named
+    after output_dir."""
+    import huggingface_hub.constants as constants
+
+    def construct(name: str, **fields):
+        args = hf_lightning.TrainingArguments(output_dir=str(tmp_path / name), push_to_hub=True, use_cpu=True,
+                                              report_to="none", **fields)
+        return hf_lightning.Trainer(model=make_tiny_bert_classifier(), args=args).hub_model_id
+
+    assert construct("named-by-dir", hub_token=OTHER_TOKEN) == "other/named-by-dir"
+    assert construct("from-env") == f"{USER}/from-env"  # HF_TOKEN
+    monkeypatch.delenv("HF_TOKEN")
+    token_file = tmp_path / "hf-home" / "token"
+    token_file.parent.mkdir()
+    token_file.write_text(OTHER_TOKEN)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(token_file))
+    assert construct("from-login") == "other/from-login"  # the cached login (`hf auth login`)
+    assert {"other/named-by-dir", f"{USER}/from-env", "other/from-login"} <= set(hub.state.repos)
+
+
+def test_explain_honours_the_push_flags(tmp_path, capsys):
+    import json
+
+    import hf_lightning.cli.main as cli
+
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"output_dir": str(tmp_path), "push_to_hub": True, "hub_model_id": "me/model",
+                                "hub_strategy": "checkpoint"}))
+    assert cli.main(["explain", str(path)]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:] if line.strip()}
+    assert "honoured" in lines["push_to_hub"] and "honoured" in lines["hub_strategy"]
 
 
 def _download(repo_id: str, revision: str, target: Path) -> Path:
