@@ -338,3 +338,20 @@ def test_a_failed_background_push_is_reported(hub, tmp_path, caplog):
     assert [r.name for r in failures] == ["hf_lightning.integrations.hub"]
     assert "RevisionNotFound" in failures[0].getMessage() or "missing" in failures[0].getMessage()
     assert hub.state.commits_of(f"{USER}/no-branch-ours") == []
+
+
+def test_scratch_of_a_save_in_progress_is_never_pushed(hub, tmp_path):
+    """A push overlapping a save sees the save's scratch folder and save_state's temporary file: neither goes up."""
+    out_dir = tmp_path / "scratch"
+    args = hf_lightning.TrainingArguments(output_dir=str(out_dir), push_to_hub=True, hub_model_id=f"{USER}/scratch",
+                                          use_cpu=True, report_to="none")
+    trainer = hf_lightning.Trainer(model=make_tiny_bert_classifier(), args=args)
+    for scratch in (".checkpoint-3.tmp-123", ".checkpoint-2.old-123", ".checkpoint-1.deleting-123", "checkpoint-3"):
+        (out_dir / scratch).mkdir()
+        (out_dir / scratch / "model.safetensors").write_bytes(b"partial")
+    (out_dir / "trainer_state.json.tmp-123").write_text("{}")
+    (out_dir / "_private.txt").write_text("not pushed by the reference either")
+    trainer.push_to_hub()
+    assert sorted(hub.state.tree(f"{USER}/scratch")) == [
+        ".gitattributes", "README.md", "config.json", "model.safetensors", "training_args.bin"
+    ]
