@@ -383,6 +383,10 @@ class HoldCommitsDuringTraining(_Callback):
 
     def __init__(self, server: HubServer) -> None:
         self.server = server
+        self.push_begins = 0  # on_push_begin calls: one per push that was not skipped
+
+    def on_push_begin(self, args, state, control, **kwargs):
+        self.push_begins += 1
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.server.state.gate.clear()

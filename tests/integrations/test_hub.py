@@ -163,18 +163,19 @@ def test_private_repo_and_push_results(hub, scenario_runs):
 
 @pytest.mark.parametrize("always_push", [False, True])
 def test_a_running_push_skips_later_ones_unless_hub_always_push(hub, tmp_path, always_push):
-    sequences, pushes = [], []
+    sequences, pushes, push_begins = [], [], []
     for side in SIDES:
         repo_id = f"{USER}/always-{always_push}-{side}"
+        hold = HoldCommitsDuringTraining(hub)
         _train(
-            side, tmp_path / side, [HoldCommitsDuringTraining(hub)], hub_model_id=repo_id, hub_always_push=always_push,
-            save_steps=1, max_steps=3,
+            side, tmp_path / side, [hold], hub_model_id=repo_id, hub_always_push=always_push, save_steps=1, max_steps=3
         )
+        push_begins.append(hold.push_begins)
         sequences.append(_sequence(hub, repo_id))
         # One preupload request per upload_folder that ran: the pushes started (not skipped).
         pushes.append(sum(path == f"/api/models/{repo_id}/preupload/main" for _, path in hub.state.requests))
     assert sequences[1] == sequences[0]
-    assert pushes == ([3, 3] if always_push else [1, 1])
+    assert pushes == push_begins == ([3, 3] if always_push else [1, 1])
     assert sequences[1][0][1] == "Training in progress, step 1"
 
 
