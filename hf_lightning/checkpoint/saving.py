@@ -207,12 +207,7 @@ class CheckpointMixin(MetricsIOMixin):
                 clean_scratch_folders(run_dir, token="")
             raise
         if self.args.push_to_hub:
-            push = getattr(self, "_push_from_checkpoint", None)
-            if push is None:
-                raise ValueError(
-                    "push_to_hub=True is not supported yet by hf_lightning; set push_to_hub=False."
-                )
-            push(final_dir)
+            self._push_from_checkpoint(final_dir)  # integrations/hub.py (world process zero only)
         if should_save:
             # Scratch of killed saves first, so a restored aside folder takes part in the rotation.
             clean_scratch_folders(run_dir, token)
@@ -430,12 +425,7 @@ class CheckpointMixin(MetricsIOMixin):
         else:
             self._save(output_dir)
         if self.args.push_to_hub and not _internal_call:
-            push_to_hub = getattr(self, "push_to_hub", None)
-            if push_to_hub is None:
-                raise ValueError(
-                    "push_to_hub=True is not supported yet by hf_lightning; set push_to_hub=False."
-                )
-            push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
+            self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """Weights (`save_pretrained` or a flat safetensors file), processing class files, `training_args.bin`."""

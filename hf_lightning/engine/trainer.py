@@ -49,6 +49,7 @@ from hf_lightning.evaluation.helpers import deepspeed_input_dtype
 from hf_lightning.evaluation.loop import EvaluationMixin
 from hf_lightning.evaluation.metric_objects import check_metric_object_arguments
 from hf_lightning.integrations.hp_search import HyperparameterSearchMixin
+from hf_lightning.integrations.hub import HubMixin, hub_progress_bars_suppressed
 from hf_lightning.optim.trainer_methods import OptimizerMixin
 from hf_lightning.strategies.launch import maybe_launch_over_devices
 
@@ -61,6 +62,7 @@ class HFLightningTrainer(
     EvaluationMixin,
     CheckpointMixin,
     ModelCardMixin,
+    HubMixin,
     HyperparameterSearchMixin,
 ):
     """Drop-in for `transformers.Trainer` whose training loop is Lightning's."""
@@ -164,7 +166,9 @@ class HFLightningTrainer(
         )
         self.add_callback(PrinterCallback if args.disable_tqdm else default_progress_callback())
 
-        self.hub_model_id = None
+        self.hub_model_id = None  # set by init_hf_repo (integrations/hub.py) when push_to_hub is on
+        if args.push_to_hub:
+            self.init_hf_repo()  # a wrong or missing token fails here, before any training
         if args.should_save:
             from hf_lightning.checkpoint.output_folder import make_output_dir
 
@@ -453,7 +457,8 @@ class HFLightningTrainer(
 
         outer_run, self._training_run = self._training_run, TrainingRun(self, trial, ignore_keys_for_eval)
         try:
-            return self._training_run.execute(resume_from_checkpoint)
+            with hub_progress_bars_suppressed(self.args.push_to_hub):
+                return self._training_run.execute(resume_from_checkpoint)
         finally:
             self._training_run = outer_run  # None again once the outermost train() returns
 

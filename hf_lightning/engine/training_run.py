@@ -210,6 +210,7 @@ class TrainingRun:
             trainer._load_best_model()
         trainer._after_training_rotation()
         trainer._fire("on_train_end")
+        trainer._finish_current_push()  # the background Hub pushes of this run (integrations/hub.py)
         return TrainOutput(trainer.state.global_step, train_loss, metrics)
 
 

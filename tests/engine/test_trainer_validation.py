@@ -73,8 +73,8 @@ def test_refused_field_fails_at_construction_naming_the_field(make_args):
     from hf_lightning import TrainingArguments
     from hf_lightning.engine.trainer import HFLightningTrainer
 
-    args = make_args(TrainingArguments, push_to_hub=True, hub_model_id="me/model")
-    with pytest.raises(ValueError, match="push_to_hub"):
+    args = make_args(TrainingArguments, enable_jit_checkpoint=True)
+    with pytest.raises(ValueError, match="enable_jit_checkpoint"):
         HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(4))
     assert not os.path.exists(os.path.join(args.output_dir, "checkpoint-1"))
 

@@ -189,6 +189,7 @@ class Run:
     predictions: Any = None
     callback_counts: list[int] = field(default_factory=list)
     gathers: list[str] = field(default_factory=list)
+    hub: Any = None  # the test Hub's record of a "hub" recipe run (HubRecord)
 
     @property
     def log_history(self) -> list[dict]:
@@ -459,10 +460,49 @@ def recipe_seq2seq(run: Run, kw: dict) -> None:
     run.predictions = trainer.predict(seq2seq_data(4))
 
 
+@dataclass
+class HubRecord:
+    """What a run left on the test Hub: its commits, repos (id -> private), trees and started pushes."""
+
+    commits: list
+    private: dict[str, bool]
+    trees: dict[str, dict[str, dict[str, bytes]]]
+    pushes: int
+
+
+def recipe_hub(run: Run, kw: dict, mp: pytest.MonkeyPatch) -> None:
+    """Train while pushing to the test Hub; the first push is held until training ends (hub_always_push shows)."""
+    from huggingface_hub import HfApi
+
+    from tests.integrations.hub_server import HoldCommitsDuringTraining, point_hub_at, shared_server
+
+    server = shared_server()
+    server.state.reset()
+    point_hub_at(server, mp)
+    if kw.get("hub_revision"):  # the branch exists beforehand, as a user of hub_revision prepares it
+        repo_id = HfApi().create_repo(kw.get("hub_model_id") or run.out_dir.name, exist_ok=True).repo_id
+        HfApi().create_branch(repo_id, branch=kw["hub_revision"])
+    trainer = _trainer(run, kw, Probe(), train_dataset=regression_data(TRAIN_SIZE),
+                       callbacks=[HoldCommitsDuringTraining(server)])
+    run.output = trainer.train()
+    state = server.state
+    with state.lock:
+        repos = dict(state.repos)
+        run.hub = HubRecord(
+            commits=list(state.commits),
+            private={repo_id: repo.private for repo_id, repo in repos.items()},
+            trees={
+                repo_id: {branch: dict(repo.trees[sha]) for branch, sha in repo.branches.items()}
+                for repo_id, repo in repos.items()
+            },
+            pushes=sum("/preupload/" in path for _, path in state.requests),
+        )
+
+
 RECIPES: dict[str, Callable] = {
     name.removeprefix("recipe_"): function for name, function in globals().items() if name.startswith("recipe_")
 }
-NEEDS_MONKEYPATCH = {"cuda_lightning", "gather"}
+NEEDS_MONKEYPATCH = {"cuda_lightning", "gather", "hub"}
 SEQ2SEQ_RECIPES = {"seq2seq"}
 # Recipes whose runs translate in an environment other than this process's.
 RECIPE_ENV: dict[str, Environment] = {

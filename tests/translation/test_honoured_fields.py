@@ -20,6 +20,7 @@ import torch
 from hf_lightning import PrinterCallback, ProgressCallback, Seq2SeqTrainingArguments, TrainingArguments
 from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.translate import translate
+from tests.integrations.hub_server import OTHER_TOKEN
 from tests.parity.models import regression_data
 from tests.translation.harness import (
     BASE_ARGS,
@@ -37,6 +38,7 @@ EVAL_EVERY_STEP = {"eval_strategy": "steps"}
 BEST_MODEL = {"eval_strategy": "steps", "save_strategy": "steps", "save_steps": 1}
 ONE_EPOCH = {"max_steps": -1, "num_train_epochs": 1}
 ONE_WORKER = {"dataloader_num_workers": 1}
+PUSHING = {"push_to_hub": True, **SAVE_EVERY_2}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -485,6 +487,39 @@ def _generation_length(base: Run, changed: Run) -> None:
     assert (base.predictions.predictions[:, 4:] != pad).any()
 
 
+def _pushed(base: Run, changed: Run) -> None:
+    assert base.hub.commits == []
+    assert [c.message for c in changed.hub.commits] == ["Training in progress, step 2"]
+
+
+def _pushed_to(expected_changed: str) -> Callable[[Run, Run], None]:
+    def check(base: Run, changed: Run) -> None:
+        assert {c.repo_id for c in base.hub.commits} == {f"tester/{base.out_dir.name}"}
+        assert {c.repo_id for c in changed.hub.commits} == {expected_changed.format(name=changed.out_dir.name)}
+
+    return check
+
+
+def _last_checkpoint_pushed(base: Run, changed: Run) -> None:
+    def pushed(run: Run) -> set[str]:
+        (tree,) = [trees["main"] for trees in run.hub.trees.values()]
+        return {path.split("/")[0] for path in tree if "/" in path}
+
+    assert pushed(base) == set() and pushed(changed) == {"last-checkpoint"}
+
+
+def _private(base: Run, changed: Run) -> None:
+    assert list(base.hub.private.values()) == [False] and list(changed.hub.private.values()) == [True]
+
+
+def _pushes_started(base: Run, changed: Run) -> None:
+    assert (base.hub.pushes, changed.hub.pushes) == (1, 2)  # saves at 2 and 4; the first push still runs at 4
+
+
+def _branch(base: Run, changed: Run) -> None:
+    assert {c.branch for c in base.hub.commits} == {"main"} and {c.branch for c in changed.hub.commits} == {"dev"}
+
+
 # ---------------------------------------------------------------- the table
 
 _TF32_ON_THIS_MACHINE = (("hf_lightning.args.training_args.check_tf32_supported", lambda *_: True),)
@@ -570,6 +605,14 @@ CASES: dict[str, Case] = {
         True, _greater_is_better, recipe="eval_adverse", context={**BEST_MODEL, "metric_for_best_model": "loss"}
     ),
     "ignore_data_skip": Case(True, _data_skip, recipe="resume"),
+    # the Hub (a local Hub-compatible server, tests/integrations/hub_server.py)
+    "push_to_hub": Case(True, _pushed, recipe="hub", context=SAVE_EVERY_2),
+    "hub_model_id": Case("tester/named", _pushed_to("tester/named"), recipe="hub", context=PUSHING),
+    "hub_token": Case(OTHER_TOKEN, _pushed_to("other/{name}"), recipe="hub", context=PUSHING),
+    "hub_strategy": Case("checkpoint", _last_checkpoint_pushed, recipe="hub", context=PUSHING),
+    "hub_private_repo": Case(True, _private, recipe="hub", context=PUSHING),
+    "hub_always_push": Case(True, _pushes_started, recipe="hub", context=PUSHING),
+    "hub_revision": Case("dev", _branch, recipe="hub", context=PUSHING),
     "restore_callback_states_from_checkpoint": Case(True, _callback_states, recipe="resume"),
     # reproducibility, device and data
     "full_determinism": Case(True, _determinism, recipe="built"),

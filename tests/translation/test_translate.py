@@ -344,12 +344,6 @@ def test_deepspeed_auto_values_are_filled_once_the_feature_lands(make_args, monk
 @pytest.mark.parametrize(
     ("field", "kwargs", "words"),
     [
-        ("push_to_hub", {"push_to_hub": True, "hub_model_id": "me/model"}, ["huggingface_hub"]),
-        ("hub_model_id", {"hub_model_id": "me/model"}, ["huggingface_hub"]),
-        ("hub_strategy", {"hub_strategy": "end"}, ["Hub"]),
-        ("hub_private_repo", {"hub_private_repo": True}, ["Hub"]),
-        ("hub_revision", {"hub_revision": "dev"}, ["Hub"]),
-        ("hub_always_push", {"hub_always_push": True}, ["Hub"]),
         ("enable_jit_checkpoint", {"enable_jit_checkpoint": True}, ["SIGTERM"]),
         ("use_liger_kernel", {"use_liger_kernel": True}, ["liger"]),
         ("debug", {"debug": "underflow_overflow"}, ["underflow_overflow"]),
@@ -375,16 +369,16 @@ def test_parallelism_config_is_refused(make_args):
 
 def test_every_refusal_is_listed_in_one_error(make_args):
     message = refusal(
-        make_args(push_to_hub=True, hub_model_id="me/m", enable_jit_checkpoint=True, report_to="clearml")
+        make_args(use_liger_kernel=True, enable_jit_checkpoint=True, report_to="clearml")
     )
-    for field in ("push_to_hub", "enable_jit_checkpoint", "report_to"):
+    for field in ("use_liger_kernel", "enable_jit_checkpoint", "report_to"):
         assert f"{field}=" in message
 
 
 def test_explain_can_show_refusals_without_raising(make_args):
-    plan = translate(make_args(push_to_hub=True, hub_model_id="me/m"), CPU, raise_on_refusal=False)
-    assert {note.field for note in plan.refusals()} == {"push_to_hub", "hub_model_id"}
-    line = next(line for line in explain(plan).splitlines() if line.startswith("push_to_hub "))
+    plan = translate(make_args(enable_jit_checkpoint=True, use_liger_kernel=True), CPU, raise_on_refusal=False)
+    assert {note.field for note in plan.refusals()} == {"enable_jit_checkpoint", "use_liger_kernel"}
+    line = next(line for line in explain(plan).splitlines() if line.startswith("enable_jit_checkpoint "))
     assert "refused" in line
 
 
@@ -396,12 +390,24 @@ def test_liger_kernel_is_honoured_when_installed(make_args):
 
 
 def test_features_flip_from_refused_to_honoured(make_args, monkeypatch):
-    args = override(make_args(), push_to_hub=True, hub_model_id="me/model")
-    assert "push_to_hub=" in refusal(args) and "hub_model_id=" in refusal(args)
-    monkeypatch.setitem(features.FEATURES, "hub", (True, features.FEATURES["hub"][1]))
+    args = override(make_args(), enable_jit_checkpoint=True)
+    assert "enable_jit_checkpoint=" in refusal(args)
+    monkeypatch.setitem(features.FEATURES, "jit_checkpoint", (True, features.FEATURES["jit_checkpoint"][1]))
     plan = translate(args, CPU)
-    assert plan.notes["push_to_hub"].status == "honoured"
-    assert plan.notes["hub_model_id"].status == "honoured"
+    assert plan.notes["enable_jit_checkpoint"].status == "honoured"
+
+
+def test_hub_fields_are_honoured_when_pushing(make_args):
+    fields = dict(hub_model_id="me/model", hub_strategy="checkpoint", hub_private_repo=True, hub_always_push=True,
+                  hub_revision="dev", hub_token="hf_secret_value")
+    pushing = translate(make_args(push_to_hub=True, **fields), CPU)
+    local = translate(make_args(**fields), CPU)
+    for name in ("push_to_hub", *fields):
+        assert pushing.notes[name].status == "honoured", name
+        assert "integrations/hub.py" in pushing.notes[name].how, name
+    for name in fields:
+        assert local.notes[name].status == "not-applicable", name
+    assert "hf_secret_value" not in explain(pushing)
 
 
 def test_evaluation_fields_are_honoured(make_args):

@@ -1,7 +1,7 @@
 """Registry entries: evaluation, metrics, saving, Hub, best model and resume, Seq2Seq generation.
 
-Hub support and the checkpoint on SIGTERM have not landed (see `registry/features.py`): until then a
-value of theirs that would change what `train()` does is refused, and the defaults are accepted.
+The checkpoint on SIGTERM has not landed (see `registry/features.py`): until then a value that would change
+what `train()` does is refused, and the default is accepted. The Hub fields are read by `integrations/hub.py`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from hf_lightning.translation.registry.core import (
     Decision,
     FieldEntry,
     always,
-    equals,
-    gated,
     honoured,
     not_applicable,
     not_landed_message,
@@ -68,31 +66,25 @@ def _save_option(how_landed: str) -> Any:
 
 # ------------------------------------------------------------------ hub
 
-_HUB_FIX = (
-    "save locally and upload with huggingface_hub "
-    "(HfApi().upload_folder(folder_path=output_dir, repo_id=...))"
-)
+
+def _push_to_hub(field: str, value: Any, ctx: Context) -> Decision:
+    if not value:
+        return honoured("no Hub push")
+    return honoured(
+        "integrations/hub.py: the repo is created in the constructor (token checked first), each save is pushed "
+        "in the background per hub_strategy, push_to_hub() makes the final commit"
+    )
 
 
-def _hub_option(default: Any) -> Any:
-    """Any non-default hub_* value asks for Hub behaviour."""
+def _hub_option(how: str) -> Any:
+    """A hub_* field: read by integrations/hub.py when push_to_hub is on."""
 
     def handler(field: str, value: Any, ctx: Context) -> Decision:
-        if ctx.landed("hub"):
-            if ctx.get("push_to_hub"):
-                return honoured("facade: used when pushing to the Hub")
-            return not_applicable("push_to_hub is off")
-        if value == default:
-            return not_applicable("Hub support has not landed yet (see push_to_hub)")
-        return refused(not_landed_message("hub", _HUB_FIX))
+        if ctx.get("push_to_hub"):
+            return honoured(f"integrations/hub.py: {how}")
+        return not_applicable("push_to_hub is off (also read by an explicit trainer.push_to_hub())")
 
     return handler
-
-
-def _hub_token(field: str, value: Any, ctx: Context) -> Decision:
-    if ctx.landed("hub") and ctx.get("push_to_hub"):
-        return honoured("facade: Hub credentials (never written to disk)")
-    return not_applicable("only used for Hub pushes; never written to disk")
 
 
 # ------------------------------------------------------------------ best model, resume
@@ -249,25 +241,24 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "enable_jit_checkpoint", False, _enable_jit_checkpoint, "checkpoint on SIGTERM", feature="jit_checkpoint"
     ),
+    FieldEntry("push_to_hub", False, _push_to_hub, "Hub pushes: repo created at construction, each save pushed in the background, push_to_hub() at the end"),
     FieldEntry(
-        "push_to_hub",
-        False,
-        gated(
-            "hub",
-            is_neutral=equals(False),
-            how_landed="facade: pushes to the Hub per hub_strategy",
-            how_neutral="no Hub push",
-            fix=_HUB_FIX,
-        ),
-        "Hub pushes (refused until Hub support lands)",
-        feature="hub",
+        "hub_token", None, _hub_option("the token of every Hub call; never written to disk"),
+        "token of every Hub call (else HF_TOKEN / the cached login), checked before training; never written",
     ),
-    FieldEntry("hub_token", None, _hub_token, "Hub token; never written to disk"),
-    FieldEntry("hub_private_repo", None, _hub_option(None), "Hub repo visibility", feature="hub"),
-    FieldEntry("hub_model_id", None, _hub_option(None), "Hub repo id", feature="hub"),
-    FieldEntry("hub_strategy", "every_save", _hub_option("every_save"), "when to push", feature="hub"),
-    FieldEntry("hub_always_push", False, _hub_option(False), "push even if a push is running", feature="hub"),
-    FieldEntry("hub_revision", None, _hub_option(None), "Hub branch / revision", feature="hub"),
+    FieldEntry("hub_private_repo", None, _hub_option("visibility of the repo it creates"), "visibility of the repo the trainer creates"),
+    FieldEntry(
+        "hub_model_id", None, _hub_option("the repo pushed to (default: the name of output_dir)"), "repo pushed to (default: the name of output_dir)"
+    ),
+    FieldEntry(
+        "hub_strategy", "every_save",
+        _hub_option("what each save pushes (end, every_save, checkpoint, all_checkpoints)"), "what a save pushes: end, every_save, checkpoint (last-checkpoint/), all_checkpoints",
+    ),
+    FieldEntry(
+        "hub_always_push", False, _hub_option("a save pushes even while the previous push runs"),
+        "a save pushes even while the previous push still runs",
+    ),
+    FieldEntry("hub_revision", None, _hub_option("the branch every push commits to"), "branch every push commits to"),
     FieldEntry(
         "load_best_model_at_end",
         False,
