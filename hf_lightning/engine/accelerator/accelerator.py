@@ -21,7 +21,12 @@ from torch import nn
 
 from hf_lightning.engine.accelerator import collectives
 from hf_lightning.engine.accelerator import state as run_state
-from hf_lightning.engine.accelerator.state import AcceleratorStateView, DistributedType, GradientStateView
+from hf_lightning.engine.accelerator.state import (
+    AcceleratorStateView,
+    DataLoaderConfigView,
+    DistributedType,
+    GradientStateView,
+)
 from hf_lightning.engine.protocols import TrainerLike
 
 # accelerate's names that Lightning's engine carries out itself: what to use instead.
@@ -30,7 +35,6 @@ _OWNED_BY_THE_ENGINE = {
     "prepare_optimizer": "pass the optimizer through Trainer(optimizers=...) or override create_optimizer(); "
     "Lightning's strategy sets it up in train()",
     "prepare_scheduler": "pass the scheduler through Trainer(optimizers=...) or override create_scheduler()",
-    "prepare_data_loader": "override get_train_dataloader() / get_eval_dataloader(); the trainer shards them",
     "save_state": "use save_strategy / trainer.save_model(); train(resume_from_checkpoint=...) restores a run",
     "load_state": "use train(resume_from_checkpoint=...)",
     "save_model": "use trainer.save_model(output_dir)",
@@ -58,6 +62,7 @@ class LightningAccelerator:
         self._trainer = trainer
         self.state = AcceleratorStateView(trainer)
         self.gradient_state = GradientStateView(trainer)
+        self.dataloader_config = DataLoaderConfigView(trainer)
 
     # ---- process facts ---------------------------------------------------------------------------------
     @property
@@ -124,6 +129,31 @@ class LightningAccelerator:
     def gradient_accumulation_steps(self) -> int:
         """1: the trainer accumulates (as the reference's accelerator is configured), not the accelerator."""
         return self.gradient_state.num_steps
+
+    @property
+    def split_batches(self) -> bool:
+        """accelerator_config's `split_batches`."""
+        return self.dataloader_config.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        """accelerator_config's `dispatch_batches`."""
+        return self.dataloader_config.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        """accelerator_config's `even_batches`."""
+        return self.dataloader_config.even_batches
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        """accelerator_config's `use_seedable_sampler`."""
+        return self.dataloader_config.use_seedable_sampler
+
+    @property
+    def non_blocking(self) -> bool:
+        """accelerator_config's `non_blocking`."""
+        return self.dataloader_config.non_blocking
 
     @property
     def is_fsdp2(self) -> bool:
@@ -226,14 +256,14 @@ class LightningAccelerator:
 
     def _split_values(self, inputs: Any, start: int, end: int, share: int, apply_padding: bool) -> Any:
         if isinstance(inputs, (list, tuple, torch.Tensor)):
-            result = inputs[start:end] if start < len(inputs) else inputs[-1:]
+            result = inputs[start:end]
             if apply_padding:
                 if isinstance(result, torch.Tensor):
                     return self.pad_across_processes(
                         result.to(self.device), pad_index=inputs[-1].to(self.device)
                     )
-                result = list(result) + [inputs[-1]] * (share - len(result))
-                return type(inputs)(result) if isinstance(inputs, tuple) else result
+                # accelerate's own padding of a tuple raises TypeError (docs/divergences.md): a tuple stays one.
+                return result + type(result)([inputs[-1]] * (share - len(result)))
             return result
         if isinstance(inputs, dict):
             for key in inputs:
@@ -315,10 +345,10 @@ class LightningAccelerator:
         return model
 
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
-        """Frozen models go through `prepare_model(evaluation_mode=True)`; other objects are returned unchanged.
+        """Frozen models through `prepare_model(evaluation_mode=True)`, DataLoaders sharded across processes with
+        batches on the device (engine/accelerator/dataloader.py); other objects are returned unchanged.
 
-        An optimizer, a scheduler or a DataLoader raise a ValueError: the trainer and its Lightning run set
-        those up.
+        A trainable model, an optimizer or a scheduler raise a ValueError: the trainer's Lightning run sets those up.
         """
         placements = device_placement if device_placement is not None else [None] * len(args)
         prepared = tuple(self._prepare_one(obj, placement) for obj, placement in zip(args, placements))
@@ -338,10 +368,16 @@ class LightningAccelerator:
         if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
             raise ValueError(f"accelerator.prepare(scheduler): {_OWNED_BY_THE_ENGINE['prepare_scheduler']}.")
         if isinstance(obj, torch.utils.data.DataLoader):
-            raise ValueError(
-                f"accelerator.prepare(dataloader): {_OWNED_BY_THE_ENGINE['prepare_data_loader']}."
-            )
+            return self.prepare_data_loader(obj, device_placement=device_placement)
         return obj
+
+    def prepare_data_loader(
+        self, data_loader: torch.utils.data.DataLoader, device_placement: bool | None = None
+    ):
+        """This process's share of `data_loader`, batches on the device (see `prepare`)."""
+        from hf_lightning.engine.accelerator.dataloader import PreparedDataLoader
+
+        return PreparedDataLoader(self._trainer, data_loader, device_placement=device_placement is not False)
 
     @contextlib.contextmanager
     def autocast(self, autocast_handler: Any = None) -> Iterator[None]:
