@@ -124,6 +124,13 @@ def _facts(accelerator: Any) -> dict[str, Any]:
         "end_of_dataloader": accelerator.gradient_state.end_of_dataloader,
         "remainder": accelerator.gradient_state.remainder,
         "state": (state.num_processes, state.process_index, state.is_main_process, str(state.device)),
+        "multi_device": accelerator.multi_device,
+        "should_save_model": accelerator.should_save_model,
+        "use_stateful_dataloader": accelerator.use_stateful_dataloader,
+        "is_composable_parallelism_enabled": accelerator.is_composable_parallelism_enabled,
+        "torch_device_mesh": accelerator.torch_device_mesh,
+        "is_fsdp2": accelerator.is_fsdp2,
+        "accelerator_deepspeed_plugin": accelerator.deepspeed_plugin,
         "deepspeed_plugin": getattr(state, "deepspeed_plugin", None),
         "fsdp_plugin": getattr(state, "fsdp_plugin", None),
     }
@@ -189,6 +196,14 @@ def _collectives(accelerator: Any, out_dir: str, tag: str) -> dict[str, Any]:
     with redirect_stdout(printed):
         accelerator.print("printed", rank)
     results["print"] = printed.getvalue()
+    decorated = {
+        "main": accelerator.on_main_process(lambda: "main"),
+        "local_main": accelerator.on_local_main_process(lambda: "local main"),
+        "last": accelerator.on_last_process(lambda: "last"),
+        "process_1": accelerator.on_process(lambda: "process 1", process_index=1),
+        "local_process_0": accelerator.on_local_process(lambda: "local 0", local_process_index=0),
+    }
+    results["decorators"] = {name: function() for name, function in decorated.items()}
     return {key: plain(value) for key, value in results.items()}
 
 
@@ -236,6 +251,9 @@ def _models(accelerator: Any, model: nn.Module) -> dict[str, Any]:
     norm = accelerator.clip_grad_norm_(grad_model.parameters(), 0.01)
     results["clip_norm"] = round(float(norm), 6)
     results["clipped_grads"] = [plain(p.grad) for p in grad_model.parameters()]
+    accelerator.clip_grad_value_(grad_model.parameters(), 0.001)
+    results["value_clipped_grads"] = [plain(p.grad) for p in grad_model.parameters()]
+    results["verify_device_map"] = accelerator.verify_device_map(grad_model)
     return results
 
 

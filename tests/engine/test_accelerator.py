@@ -131,6 +131,20 @@ def test_object_collectives_are_methods_here_and_functions_in_accelerate():
         assert callable(getattr(LightningAccelerator, name))
 
 
+def test_every_public_accelerate_name_is_there_or_says_what_to_use(tmp_path):
+    import accelerate
+
+    accelerator = _trainer(tmp_path).accelerator
+    unexplained = []
+    for name in sorted(n for n in dir(accelerate.Accelerator) if not n.startswith("_")):
+        try:
+            getattr(accelerator, name)
+        except AttributeError as error:
+            if "no meaning under hf_lightning" not in str(error) and "not supported" not in str(error):
+                unexplained.append(name)
+    assert unexplained == []
+
+
 @pytest.mark.parametrize(
     ("name", "instead"),
     [

@@ -29,6 +29,10 @@ from hf_lightning.engine.accelerator.state import (
 )
 from hf_lightning.engine.protocols import TrainerLike
 
+_NO_COMPOSABLE_PARALLELISM = (
+    "composable parallelism (parallelism_config: context / tensor / pipeline parallel meshes) is not supported; "
+    "use process_index / num_processes (data parallel over every process)"
+)
 # accelerate's names that Lightning's engine carries out itself: what to use instead.
 _OWNED_BY_THE_ENGINE = {
     "accumulate": "set TrainingArguments.gradient_accumulation_steps; the run accumulates and syncs the window",
@@ -50,6 +54,22 @@ _OWNED_BY_THE_ENGINE = {
     "check_trigger": "set control.should_training_stop in a TrainerCallback",
     "profile": "pass a Lightning profiler through trainer.lightning_trainer_overrides['profiler']",
     "unscale_gradients": "the run unscales fp16 gradients before clipping (max_grad_norm)",
+    "lomo_backward": "use optim='lomo' / 'adalomo' in TrainingArguments; the run calls the optimizer's backward",
+    "trigger_sync_in_backward": "the run all-reduces on the last micro-batch of each window (sync_each_batch: "
+    "every micro-batch)",
+    "register_save_state_pre_hook": "override save_model() or add a TrainerCallback's on_save",
+    "register_load_state_pre_hook": "add a TrainerCallback with state() (ExportableState)",
+    "maybe_context_parallel": "context parallelism is not supported; leave parallelism_config unset",
+    "project_dir": "read TrainingArguments.output_dir",
+    "logging_dir": "read TrainingArguments.logging_dir",
+    "save_iteration": "read trainer.state.global_step",
+    "data_parallel_rank": _NO_COMPOSABLE_PARALLELISM,
+    "data_parallel_shard_rank": _NO_COMPOSABLE_PARALLELISM,
+    "context_parallel_rank": _NO_COMPOSABLE_PARALLELISM,
+    "tensor_parallel_rank": _NO_COMPOSABLE_PARALLELISM,
+    "pipeline_parallel_rank": _NO_COMPOSABLE_PARALLELISM,
+    "deepspeed_ulysses_dl_adapter": _NO_COMPOSABLE_PARALLELISM,
+    "fp8_backend": "fp8 training is not supported; use bf16=True or fp16=True",
     "optimizer_step_was_skipped": "read trainer.state.global_step: a skipped fp16 step still counts as in the "
     "reference",
 }
@@ -154,6 +174,31 @@ class LightningAccelerator:
     def non_blocking(self) -> bool:
         """accelerator_config's `non_blocking`."""
         return self.dataloader_config.non_blocking
+
+    @property
+    def multi_device(self) -> bool:
+        """Whether the run spans several accelerator devices (not CPU processes), as accelerate defines it."""
+        return self.use_distributed and self.distributed_type == DistributedType.MULTI_GPU
+
+    @property
+    def should_save_model(self) -> bool:
+        """Whether this process writes model files (each node's main process, without parallelism_config)."""
+        return self.is_local_main_process
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        """False: a resumed run skips the batches already seen (resume_from_checkpoint)."""
+        return False
+
+    @property
+    def torch_device_mesh(self) -> None:
+        """None: no composable-parallelism mesh (parallelism_config is not supported)."""
+        return None
+
+    @property
+    def is_composable_parallelism_enabled(self) -> bool:
+        """Whether the run shards with FSDP2, as accelerate defines it."""
+        return self.is_fsdp2
 
     @property
     def is_fsdp2(self) -> bool:
@@ -278,22 +323,40 @@ class LightningAccelerator:
         return inputs
 
     def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorate `function` to run on the global main process only."""
+        """Decorate `function` to run on the global main process only (everywhere in a single process)."""
         return self._only_if(function, lambda: self.is_main_process)
 
     def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Decorate `function` to run on each node's main process only."""
         return self._only_if(function, lambda: self.is_local_main_process)
 
-    def on_process(self, function: Callable[..., Any], process_index: int) -> Callable[..., Any]:
-        """Decorate `function` to run on process `process_index` only."""
+    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorate `function` to run on the last process only."""
+        return self._only_if(function, lambda: self.is_last_process)
+
+    def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None):
+        """Decorate `function` to run on process `process_index` only (`@accelerator.on_process(process_index=i)`)."""
+        if function is None:
+            return functools.partial(self.on_process, process_index=process_index)
         return self._only_if(function, lambda: self.process_index == process_index)
 
-    @staticmethod
-    def _only_if(function: Callable[..., Any], condition: Callable[[], bool]) -> Callable[..., Any]:
+    def on_local_process(
+        self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
+    ):
+        """Decorate `function` to run on the process of local rank `local_process_index` only."""
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        return self._only_if(function, lambda: self.local_process_index == local_process_index)
+
+    def _only_if(self, function: Callable[..., Any], condition: Callable[[], bool]) -> Callable[..., Any]:
+        """As accelerate's decorators: `function` runs where `condition` holds, and everywhere without
+        several processes; elsewhere the call returns None."""
+
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return function(*args, **kwargs) if condition() else None
+            if condition() or not self.use_distributed:
+                return function(*args, **kwargs)
+            return None
 
         return wrapper
 
@@ -425,6 +488,22 @@ class LightningAccelerator:
         norm = torch.nn.utils.get_total_norm([p.grad for p in parameters], norm_type) * inv_scale
         torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, norm)
         return norm
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        """Clip every gradient element to [-clip_value, clip_value] (of the unscaled gradients under fp16)."""
+        parameters = [p for p in parameters if p.grad is not None]
+        scaler = self._grad_scaler()
+        scale = 1.0 if scaler is None else float(scaler.get_scale())
+        torch.nn.utils.clip_grad_value_(parameters, clip_value * scale)
+
+    def verify_device_map(self, model: nn.Module) -> bool:
+        """Whether `model` (or a submodule) was loaded with a device map over several devices."""
+        return any(len(getattr(module, "hf_device_map", None) or {}) > 1 for module in model.modules())
+
+    @property
+    def deepspeed_plugin(self) -> None:
+        """None: DeepSpeed is configured through `TrainingArguments.deepspeed` and run by Lightning's strategy."""
+        return None
 
     def _grad_scaler(self) -> Any:
         lightning_trainer = getattr(self._trainer, "lightning_trainer", None)
