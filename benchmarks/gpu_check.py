@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_check.py                 # every case, one line each (about 5 minutes on one GPU)
     python benchmarks/gpu_check.py --cases bf16,fsdp2
+    python benchmarks/gpu_check.py --cases parallelism_dp_shard   # one process per GPU, 2 GPUs or more
 
 Each case runs in its own `torchrun --nproc_per_node=1` process (FSDP and DeepSpeed need a distributed
 launch): train 6 steps saving at step 3, then a fresh trainer resumes from `checkpoint-3` and must end on
@@ -62,6 +63,10 @@ _ZERO3 = {
     },
 }
 _BERT_LAYERS = {"transformer_layer_cls_to_wrap": ["BertLayer"]}
+# Stands for ParallelismConfig(dp_shard_size=WORLD_SIZE), built inside the worker (accelerate's class).
+_DP_SHARD_ALL = "dp_shard_size=world_size"
+# Cases run with one process per visible GPU (the others with one process); fewer GPUs than this: SKIP.
+MULTI_GPU_CASES = {"parallelism_dp_shard": 2, "parallelism_dp_shard_sharded": 2}
 
 # case -> (extra TrainingArguments, package it needs or None)
 CASES: dict[str, tuple[dict[str, Any], str | None]] = {
@@ -95,6 +100,18 @@ CASES: dict[str, tuple[dict[str, Any], str | None]] = {
             "fsdp_config": {"state_dict_type": "SHARDED_STATE_DICT", "activation_checkpointing": True},
         },
         None,
+    ),
+    # parallelism_config(dp_shard_size=every GPU): FSDP2 on ModelParallelStrategy's mesh, one process per GPU;
+    # the sharded variant takes its checkpoint layout from fsdp_config. Both need 2 GPUs or more.
+    "parallelism_dp_shard": ({"bf16": True, "parallelism_config": _DP_SHARD_ALL}, "accelerate"),
+    "parallelism_dp_shard_sharded": (
+        {
+            "bf16": True,
+            "parallelism_config": _DP_SHARD_ALL,
+            "fsdp": True,
+            "fsdp_config": {"state_dict_type": "SHARDED_STATE_DICT", **_BERT_LAYERS},
+        },
+        "accelerate",
     ),
     "deepspeed_zero2": ({"bf16": True, "gradient_accumulation_steps": 2, "deepspeed": _ZERO2}, "deepspeed"),
     "deepspeed_zero3": ({"bf16": True, "gradient_accumulation_steps": 2, "deepspeed": _ZERO3}, "deepspeed"),
@@ -184,6 +201,11 @@ def run_case(name: str, out_dir: str) -> dict[str, Any]:
     from hf_lightning import Trainer, TrainingArguments
 
     extra, _ = CASES[name]
+    if extra.get("parallelism_config") == _DP_SHARD_ALL:
+        from accelerate.parallelism_config import ParallelismConfig
+
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        extra = {**extra, "parallelism_config": ParallelismConfig(dp_shard_size=world_size)}
     common = dict(
         per_device_train_batch_size=8,
         per_device_eval_batch_size=8,
@@ -266,7 +288,7 @@ def judge(result: dict[str, Any]) -> list[str]:
             )
         if not {"global_step3", "latest", "zero_to_fp32.py", "model.safetensors"} <= files:
             problems.append(f"checkpoint-3 holds {sorted(files)}")
-    if result["case"].startswith("fsdp"):
+    if result["case"].startswith(("fsdp", "parallelism")):
         expected = "pytorch_model_fsdp_0" if "sharded" in result["case"] else "pytorch_model_fsdp.bin"
         if expected not in files:
             problems.append(f"checkpoint-3 lacks {expected}: {sorted(files)}")
@@ -308,12 +330,18 @@ def main(argv: list[str] | None = None) -> int:
         if package and importlib.util.find_spec(package) is None:
             print(f"SKIP {name}: the {package} package is not installed")
             continue
+        processes = 1
+        if name in MULTI_GPU_CASES:
+            processes = torch.cuda.device_count()
+            if processes < MULTI_GPU_CASES[name]:
+                print(f"SKIP {name}: needs {MULTI_GPU_CASES[name]} GPUs, this machine has {processes}")
+                continue
         with tempfile.TemporaryDirectory() as out:
             command = [
                 sys.executable,
                 "-m",
                 "torch.distributed.run",
-                "--nproc_per_node=1",
+                f"--nproc_per_node={processes}",
                 f"--master_port={_free_port()}",
                 __file__,
                 "--case",

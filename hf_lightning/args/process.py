@@ -2,7 +2,8 @@
 
 A mixin (not a dataclass; it adds no fields). Nothing here sets up accelerate or a process group: the
 ranks come from ``torch.distributed`` once it is initialised, else from the launcher's env variables
-(``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``), and the device is derived lazily without initialising CUDA.
+(``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, or SLURM's under ``srun``: ``hf_lightning/args/launcher.py``),
+and the device is derived lazily without initialising CUDA.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from hf_lightning.args.enums import ParallelMode
 from hf_lightning.args.fields import TRAINER_LOG_LEVELS
+from hf_lightning.args.launcher import launch_layout
 
 logger = logging.getLogger(__name__)
 
@@ -32,11 +34,6 @@ def transformers_verbosity(logger_name: str = "transformers") -> int:
     env_level = os.environ.get("TRANSFORMERS_VERBOSITY", "")
     level = TRAINER_LOG_LEVELS.get(env_level, -1)
     return level if level > 0 else logging.WARNING
-
-
-def _int_env(name: str, default: int) -> int:
-    value = os.environ.get(name, "")
-    return int(value) if value.strip().lstrip("-").isdigit() else default
 
 
 def reference_n_gpu(
@@ -61,8 +58,8 @@ def cpu_switch_on(environ: Mapping[str, str]) -> bool:
 
 
 def _launched() -> bool:
-    """Whether a launcher (torchrun, Lightning, mpirun via WORLD_SIZE) started this process."""
-    return _int_env("LOCAL_RANK", -1) != -1 or _int_env("WORLD_SIZE", 1) > 1
+    """Whether a launcher (torchrun, Lightning, mpirun via WORLD_SIZE, srun) started this process."""
+    return launch_layout() is not None
 
 
 def _dist_initialized() -> bool:
@@ -94,19 +91,22 @@ class TrainingArgumentsProcess:
         """Number of processes (the launcher's ``WORLD_SIZE``; 1 when not launched)."""
         if _dist_initialized():
             return sys.modules["torch.distributed"].get_world_size()
-        return max(1, _int_env("WORLD_SIZE", 1)) if _launched() else 1
+        layout = launch_layout()
+        return layout.world_size if layout is not None else 1
 
     @property
     def process_index(self) -> int:
         """Global rank of this process."""
         if _dist_initialized():
             return sys.modules["torch.distributed"].get_rank()
-        return _int_env("RANK", 0) if _launched() else 0
+        layout = launch_layout()
+        return layout.rank if layout is not None else 0
 
     @property
     def local_process_index(self) -> int:
         """Rank of this process on its node."""
-        return max(0, _int_env("LOCAL_RANK", 0)) if _launched() else 0
+        layout = launch_layout()
+        return layout.local_rank if layout is not None else 0
 
     @property
     def device(self) -> Any:
@@ -194,6 +194,13 @@ class TrainingArgumentsProcess:
         if self.world_size <= 1:
             yield
             return
+        if not _dist_initialized():
+            # The reference's arguments create the process group as they are built; here the first call that
+            # needs it does (the group Lightning's strategy reuses later).
+            from hf_lightning.strategies.group import ensure_process_group
+
+            with contextlib.suppress(ValueError):  # no MASTER_ADDR / MASTER_PORT: warned below
+                ensure_process_group(self)
         if not _dist_initialized():
             warnings.warn(
                 f"main_process_first({desc!r}): the torch.distributed process group is not initialised yet, so "

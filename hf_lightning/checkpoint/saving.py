@@ -185,12 +185,15 @@ class CheckpointMixin(MetricsIOMixin):
                 shutil.rmtree(temporary_dir, ignore_errors=True)
                 os.makedirs(temporary_dir)
             barrier()
+            # A process whose filesystem holds no writer's scratch folder (another node's disk, no
+            # save_on_each_node) writes its RNG file straight into checkpoint-N there, as the reference does.
+            rng_dir = temporary_dir if should_save or os.path.isdir(temporary_dir) else final_dir
             self.save_model(temporary_dir, _internal_call=True)
             self._update_best_model_checkpoint(run_dir, final_dir)
             if not self.args.save_only_model:
                 self._save_optimizer_and_scheduler(temporary_dir)
                 self._save_scaler(temporary_dir)
-                self._save_rng_state(temporary_dir)
+                self._save_rng_state(rng_dir)
             if should_save:
                 self._save_trainer_state(temporary_dir)
             barrier()

@@ -128,7 +128,7 @@ class OptimizerMixin:
         return self._train_batch_size * self.plan.module.gradient_accumulation_steps * dp_world_size
 
     def get_tp_size(self) -> int:
-        """Tensor-parallel size (1: parallelism_config is refused by the translation)."""
+        """Tensor-parallel size (1: parallelism_config's tp_size > 1 is refused by the translation)."""
         return 1
 
     def get_cp_size(self) -> int:

@@ -1,6 +1,7 @@
 """The process group and the collectives evaluation needs (accelerate's `gather` / `pad_across_processes`).
 
-One place creates the default `torch.distributed` process group (`ensure_process_group`): evaluate() and
+One place creates the default `torch.distributed` process group (`ensure_process_group`, from
+`hf_lightning/strategies/group.py`): evaluate() and
 predict() may run before any `train()`, i.e. before Lightning's DDP strategy would create it. Lightning
 reuses a group that is already initialised. The collectives below mirror accelerate's, which the reference's
 evaluation loop calls: tensors gathered in rank order on dim 0, padded across processes with a pad value.
@@ -8,16 +9,14 @@ evaluation loop calls: tensors gathered in rank order on dim 0, padded across pr
 
 from __future__ import annotations
 
-import atexit
-import os
 from collections.abc import Callable, Mapping
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from hf_lightning.data.sized import has_length
+from hf_lightning.strategies.group import ensure_process_group
 
 if TYPE_CHECKING:
     from hf_lightning.translation.plan import ModuleSettings
@@ -35,9 +34,6 @@ __all__ = [
     "world_size",
 ]
 
-_LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT")
-
-
 def is_distributed() -> bool:
     """Whether a default process group with more than one process is initialised."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
@@ -52,59 +48,6 @@ def barrier() -> None:
     """Wait for every process of the default group; a no-op in a single process."""
     if is_distributed():
         dist.barrier()
-
-
-def default_backend(args: Any) -> str:
-    """`args.ddp_backend` when set, else `nccl` for a CUDA device and `gloo` otherwise (accelerate's choice)."""
-    if getattr(args, "ddp_backend", None):
-        return args.ddp_backend
-    return "nccl" if args.device.type == "cuda" else "gloo"
-
-
-def ensure_process_group(args: Any) -> bool:
-    """Initialise the default process group when `args.world_size > 1` and none exists yet.
-
-    Returns whether a multi-process group is in place afterwards. Rank and world size come from the
-    launcher's variables (through `args`), the backend from `default_backend`, the timeout from
-    `args.ddp_timeout` seconds. A group created here is the one Lightning's DDP strategy later reuses.
-    """
-    if args.world_size <= 1:
-        return False
-    if not dist.is_available():
-        raise ValueError(
-            f"world_size={args.world_size} (from the launcher's WORLD_SIZE) needs torch.distributed, which this "
-            "torch build lacks; run a single process or install a torch with distributed support."
-        )
-    if dist.is_initialized():
-        return dist.get_world_size() > 1
-    missing = [name for name in _LAUNCHER_VARIABLES if not os.environ.get(name)]
-    if missing:
-        raise ValueError(
-            f"world_size={args.world_size} but {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not "
-            "set, so the processes cannot find each "
-            "other; start the script with `torchrun --nproc_per_node=N script.py` (or set MASTER_ADDR and "
-            "MASTER_PORT), or unset WORLD_SIZE for a single process."
-        )
-    device = args.device
-    if device.type == "cuda":
-        # NCCL binds each process to its own device; it must be current before the group exists.
-        torch.cuda.set_device(device)
-    dist.init_process_group(
-        backend=default_backend(args),
-        timeout=timedelta(seconds=args.ddp_timeout),
-        rank=args.process_index,
-        world_size=args.world_size,
-    )
-    # Tear the group down before the interpreter does: a gloo group left for the C++ destructors at exit can
-    # abort the process ("terminate called without an active exception") after all work succeeded.
-    atexit.register(_destroy_process_group)
-    return True
-
-
-def _destroy_process_group() -> None:
-    """Destroy the default process group if it still exists (registered at exit by `ensure_process_group`)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def _apply(function: Callable[[torch.Tensor], torch.Tensor], data: Any) -> Any:

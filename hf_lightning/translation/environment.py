@@ -64,22 +64,28 @@ class Environment:
 
     @classmethod
     def detect(cls) -> Environment:
-        """Read torch and the launcher's environment variables (torchrun / accelerate launch)."""
+        """Read torch and the launcher's environment variables (torchrun / accelerate launch / srun)."""
         import importlib.util
 
         import torch
 
         cuda = torch.cuda.is_available()
-        launched = "WORLD_SIZE" in os.environ and any(name in os.environ for name in _LAUNCHER_VARS)
-        world_size = int(os.environ["WORLD_SIZE"]) if launched else 1
-        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) if launched else 1
+        from hf_lightning.args.launcher import launch_layout
+
+        layout = launch_layout()
+        if layout is not None and layout.source == "torchrun":
+            # As before: a torchrun launch counts once WORLD_SIZE and a rank variable are both set.
+            layout = layout if "WORLD_SIZE" in os.environ and any(v in os.environ for v in _LAUNCHER_VARS) else None
+        launched = layout is not None
+        world_size = layout.world_size if layout is not None else 1
+        local_world_size = layout.local_world_size if layout is not None else 1
         return cls(
             cuda_available=cuda,
             cuda_device_count=torch.cuda.device_count() if cuda else 0,
             world_size=world_size,
             local_world_size=local_world_size,
             num_nodes=max(1, world_size // max(1, local_world_size)),
-            process_index=int(os.environ.get("RANK", 0)) if launched else 0,
+            process_index=layout.rank if layout is not None else 0,
             is_distributed_launch=launched,
             mps_available=bool(torch.backends.mps.is_available()),
             installed_loggers=installed_logger_backends(),

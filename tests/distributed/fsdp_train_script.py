@@ -38,6 +38,9 @@ SCENARIOS = {
         padded_lm_data,
         {"version": 2, "state_dict_type": "SHARDED_STATE_DICT"},
     ),
+    # parallelism_config(dp_shard_size=2) without fsdp: FSDP2 with fsdp_config's defaults on the mesh, which
+    # must be the reference's FSDP2 run of the same model (bert_v2_full).
+    "bert_dp_shard": (make_tiny_bert_classifier, classification_data, None),
 }
 # Resumed from checkpoint-2 of a scenario above: steps 3 and 4 must repeat that run's.
 RESUMED = {"bert_v1_sharded_resumed": "bert_v1_sharded", "gpt2_v2_sharded_resumed": "gpt2_v2_sharded"}
@@ -55,10 +58,14 @@ def _arguments(side: str, out_dir: str, name: str, fsdp_config: dict) -> object:
         logging_steps=1,
         learning_rate=1e-3,
         ddp_backend="gloo",
-        fsdp="full_shard auto_wrap",
-        fsdp_config=fsdp_config,
         **COMMON,
     )
+    if fsdp_config is None:
+        from accelerate.parallelism_config import ParallelismConfig
+
+        kwargs["parallelism_config"] = ParallelismConfig(dp_shard_size=2)
+    else:
+        kwargs.update(fsdp="full_shard auto_wrap", fsdp_config=fsdp_config)
     if side == "ref":
         import transformers
 

@@ -95,6 +95,8 @@ def _assert_same_run(
         ("bert_v2_full", "bert_v2_full", "HFFSDP2Strategy"),
         ("bert_v1_sharded", "bert_v2_full", "HFFSDPStrategy"),
         ("gpt2_v2_sharded", "gpt2_v2_sharded", "HFFSDP2Strategy"),
+        # parallelism_config(dp_shard_size=2): FSDP2 on the mesh, equal to the reference's FSDP2 run.
+        ("bert_dp_shard", "bert_v2_full", "HFFSDP2Strategy"),
     ],
 )
 def test_fsdp_run_matches_the_reference(runs, name, reference_name, strategy):
@@ -125,6 +127,7 @@ def test_checkpoint_files_are_named_as_accelerate_names_them(runs):
     out_dir, reference, ours = runs
     for step in ("checkpoint-2", "checkpoint-4"):
         assert ours["bert_v2_full"]["checkpoints"][step] == FULL_FILES
+        assert ours["bert_dp_shard"]["checkpoints"][step] == FULL_FILES  # fsdp_config's defaults: full state dict
         for name in ("bert_v1_sharded", "gpt2_v2_sharded"):
             folders = ours[name]["checkpoints"]
             # A sharded save writes no model.safetensors nor training_args.bin, as the reference's save_model.

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from accelerate.parallelism_config import ParallelismConfig
 
 from hf_lightning import PrinterCallback, ProgressCallback, Seq2SeqTrainingArguments, TrainingArguments
 from hf_lightning.translation.environment import Environment
@@ -640,6 +641,12 @@ CASES: dict[str, Case] = {
     "train_sampling_strategy": Case("sequential", _sequential),
     # strategies (no process group on CPU here: the strategy objects the engine builds are observed)
     "fsdp": Case("full_shard", _strategy_class("MicroBatchDDPStrategy", "HFFSDP2Strategy"), recipe="ddp_strategy"),
+    # dp_shard_size over both processes: FSDP2 on ModelParallelStrategy's mesh instead of DDP.
+    "parallelism_config": Case(
+        ParallelismConfig(dp_shard_size=2),
+        _strategy_class("MicroBatchDDPStrategy", "HFFSDP2Strategy"),
+        recipe="ddp_strategy",
+    ),
     "fsdp_config": Case(
         {"reshard_after_forward": False}, _reshard, recipe="ddp_strategy", context={"fsdp": "full_shard"}
     ),

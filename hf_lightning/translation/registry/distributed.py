@@ -1,12 +1,19 @@
-"""Registry entries: DDP, FSDP and DeepSpeed (R7.1-R7.3), and the strategy choice."""
+"""Registry entries: DDP, FSDP, DeepSpeed (R7.1-R7.3) and parallelism_config, and the strategy choice."""
 
 from __future__ import annotations
 
 import copy
 import json
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from hf_lightning.translation.parallelism import (
+    mesh_description,
+    parallelism_refusal,
+    parallelism_sizes,
+    shards_parameters,
+)
 from hf_lightning.translation.plan import DeepSpeedDetails, FSDPDetails
 from hf_lightning.translation.registry.core import (
     Context,
@@ -43,6 +50,8 @@ def select_strategy(args: Any, env: Environment) -> str:
         return "fsdp2" if int(fsdp_config(args).get("version", 2)) == 2 else "fsdp"
     if getattr(args, "deepspeed", None):
         return "deepspeed"
+    if shards_parameters(getattr(args, "parallelism_config", None)):
+        return "fsdp2"  # dp_shard_size > 1: FSDP2 over the mesh (hf_lightning/translation/parallelism.py)
     if env.is_distributed_launch and env.world_size > 1:
         return "ddp"
     return "single"
@@ -253,6 +262,41 @@ def _fsdp(field: str, value: Any, ctx: Context) -> Decision:
     else:
         how = "FSDPStrategy wrapping the model (FSDP1, deprecated), built by hf_lightning.strategies.fsdp.policies"
     return honoured(how + where, strategy={"fsdp": details})
+
+
+def parallelism_config_decision(field: str, value: Any, ctx: Context) -> Decision:
+    """`parallelism_config`: its sizes checked against the launch, dp_shard_size > 1 run as FSDP2 on the mesh."""
+    if value is None:
+        return not_applicable("no parallelism config")
+    try:
+        sizes = parallelism_sizes(value)
+    except ValueError as error:
+        return refused(str(error))
+    world_size = ctx.env.world_size
+    refusal = parallelism_refusal(sizes, world_size)
+    if refusal:
+        return refused(refusal)
+    how = "hf_lightning/translation/parallelism.py: " + mesh_description(sizes, world_size)
+    if sizes["dp_shard_size"] == 1:  # every size 1 (the others are refused): the run is as without it
+        return not_applicable(how)
+    if ctx.get("deepspeed"):
+        return refused("parallelism_config.dp_shard_size > 1 and deepspeed are both set; choose one")
+    if ctx.get("fsdp"):
+        if ctx.strategy_name != "fsdp2":
+            return refused(
+                f"parallelism_config.dp_shard_size={sizes['dp_shard_size']} shards with FSDP2, but fsdp_config "
+                "asks for FSDP1; set fsdp_config['version']=2"
+            )
+        return honoured(how + "; the FSDP2 options come from fsdp / fsdp_config")
+    plugin = fsdp_plugin_args(SimpleNamespace(fsdp=True, fsdp_config=None))
+    fsdp_refusal = _fsdp_refusal(ctx, plugin)
+    if fsdp_refusal:
+        return refused(f"parallelism_config.dp_shard_size={sizes['dp_shard_size']} (FSDP2): {fsdp_refusal}")
+    details = FSDPDetails(version=2, plugin_args=plugin, state_dict_type=plugin["state_dict_type"])
+    return honoured(
+        how + "; fsdp_config's defaults (wrap by the model's _no_split_modules, full state dict checkpoints)",
+        strategy={"fsdp": details},
+    )
 
 
 def _fsdp_config(field: str, value: Any, ctx: Context) -> Decision:

@@ -15,6 +15,7 @@ from hf_lightning.translation.registry.core import (
     refused,
     script_flag,
 )
+from hf_lightning.translation.registry.distributed import parallelism_config_decision
 
 # ------------------------------------------------------------------ reproducibility
 
@@ -102,15 +103,6 @@ def _accelerator_config(field: str, value: Any, ctx: Context) -> Decision:
     )
 
 
-def _parallelism_config(field: str, value: Any, ctx: Context) -> Decision:
-    if value is None:
-        return not_applicable("no tensor / context / sequence parallelism")
-    return refused(
-        "tensor / context / sequence parallelism (accelerate ParallelismConfig) is not supported by "
-        "hf_lightning (R7.5 in docs/reference-behaviour.md); remove parallelism_config, or use FSDP / DDP"
-    )
-
-
 # ------------------------------------------------------------------ dataloader
 
 
@@ -187,7 +179,12 @@ ENTRIES: list[FieldEntry] = [
         _accelerator_config,
         "data sharding options, implemented by hf_lightning's samplers; `use_configured_state` refused",
     ),
-    FieldEntry("parallelism_config", None, _parallelism_config, "refused (R7.5)"),
+    FieldEntry(
+        "parallelism_config",
+        None,
+        parallelism_config_decision,
+        "dp_shard_size: FSDP2 on ModelParallelStrategy's mesh; tp / cp / sp / dp_replicate refused",
+    ),
     FieldEntry(
         "dataloader_drop_last",
         False,
