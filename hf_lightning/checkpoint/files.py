@@ -56,25 +56,50 @@ _fault_hook: Callable[[str], None] | None = None
 
 # `HF_LIGHTNING_KILL_AT="<point>"` or `"<point>#<n>"`: SIGKILL this process the first (n-th) time it reaches
 # `<point>`: a save point above, or `step:<global_step>` after an optimizer update's log/evaluate/save.
+# `HF_LIGHTNING_KILL_SIGNAL` names another signal to send (e.g. `SIGTERM`).
 KILL_AT_ENV = "HF_LIGHTNING_KILL_AT"
+KILL_SIGNAL_ENV = "HF_LIGHTNING_KILL_SIGNAL"
+# `HF_LIGHTNING_PAUSE_AT` (same syntax) with `HF_LIGHTNING_PAUSE_FDS="<write fd>,<read fd>"`: at that point,
+# write the point's name and a newline to the first descriptor, then block until a line arrives on the second,
+# so a test can send this process a signal while it stands at a known point.
+PAUSE_AT_ENV = "HF_LIGHTNING_PAUSE_AT"
+PAUSE_FDS_ENV = "HF_LIGHTNING_PAUSE_FDS"
 _times_reached: dict[str, int] = {}
 
 
 def reach(point: str) -> None:
-    """Mark that a save (or a step boundary) reached `point`; a fault test may raise or kill the process there."""
+    """Mark that a save (or a step boundary) reached `point`; a fault test may raise, kill or pause there."""
     if _fault_hook is not None:
         _fault_hook(point)
     kill_at = os.environ.get(KILL_AT_ENV)
-    if kill_at:
-        _times_reached[point] = _times_reached.get(point, 0) + 1
-        name, _, nth = kill_at.partition("#")
-        if name == point and _times_reached[point] == int(nth or 1):
-            _kill_this_process()
+    pause_at = os.environ.get(PAUSE_AT_ENV)
+    if not (kill_at or pause_at):
+        return
+    _times_reached[point] = _times_reached.get(point, 0) + 1
+    if kill_at and _selects(kill_at, point):
+        _kill_this_process()
+    if pause_at and _selects(pause_at, point):
+        _pause(point)
+
+
+def _selects(selector: str, point: str) -> bool:
+    name, _, nth = selector.partition("#")
+    return name == point and _times_reached[point] == int(nth or 1)
+
+
+def _pause(point: str) -> None:
+    write_fd, read_fd = (int(fd) for fd in os.environ[PAUSE_FDS_ENV].split(","))
+    os.write(write_fd, f"{point}\n".encode())
+    os.read(read_fd, 1)  # a signal handler runs here; the read resumes after it (PEP 475)
 
 
 def _kill_this_process() -> None:
     import signal
 
+    name = os.environ.get(KILL_SIGNAL_ENV)
+    if name:
+        os.kill(os.getpid(), getattr(signal, name))
+        return
     sigkill = getattr(signal, "SIGKILL", None)
     if sigkill is None:  # no SIGKILL (Windows): exit at once, no cleanup either
         os._exit(137)

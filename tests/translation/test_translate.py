@@ -350,7 +350,6 @@ def test_deepspeed_auto_values_are_filled_once_the_feature_lands(make_args, monk
         ("hub_private_repo", {"hub_private_repo": True}, ["Hub"]),
         ("hub_revision", {"hub_revision": "dev"}, ["Hub"]),
         ("hub_always_push", {"hub_always_push": True}, ["Hub"]),
-        ("enable_jit_checkpoint", {"enable_jit_checkpoint": True}, ["SIGTERM"]),
         ("use_liger_kernel", {"use_liger_kernel": True}, ["liger"]),
         ("debug", {"debug": "underflow_overflow"}, ["underflow_overflow"]),
         ("debug", {"debug": "tpu_metrics_debug"}, ["XLA"]),
@@ -375,9 +374,9 @@ def test_parallelism_config_is_refused(make_args):
 
 def test_every_refusal_is_listed_in_one_error(make_args):
     message = refusal(
-        make_args(push_to_hub=True, hub_model_id="me/m", enable_jit_checkpoint=True, report_to="clearml")
+        make_args(push_to_hub=True, hub_model_id="me/m", use_liger_kernel=True, report_to="clearml")
     )
-    for field in ("push_to_hub", "enable_jit_checkpoint", "report_to"):
+    for field in ("push_to_hub", "use_liger_kernel", "report_to"):
         assert f"{field}=" in message
 
 
