@@ -41,6 +41,7 @@ class JITCheckpointCallback(TrainerCallback):
     def __init__(self, facade: TrainerLike):
         self._facade = facade
         self.requested = False
+        self.pending = False  # a checkpoint is due at this boundary's save
 
     def request(self, signum: int, frame: Any) -> None:
         """The SIGTERM handler: only records the request (the save happens at the next update boundary)."""
@@ -76,9 +77,13 @@ class JITCheckpointCallback(TrainerCallback):
         # The step's own save path writes it, after the step's log and evaluation, so the checkpoint's log history
         # is complete; then the loop stops as after any `should_training_stop`.
         self.requested = False
+        self.pending = True
         logger.info(f"Saving the SIGTERM checkpoint at step {self._facade.state.global_step}, then stopping.")
-        control.should_save = True
         control.should_training_stop = True
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.pending = False
+        return control
 
 
 class SignalBridge(pl.Callback):
@@ -135,13 +140,17 @@ class SignalScope:
 
     def __enter__(self) -> SignalScope:
         if self.jit is not None:
-            self.jit.requested = False
+            self.jit.requested = self.jit.pending = False
             _install(signal.SIGTERM, self.jit.request)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.jit is not None:
             _install(signal.SIGTERM, self._before_train)
+
+    def checkpoint_pending(self) -> bool:
+        """Whether a SIGTERM checkpoint is due at the current update boundary."""
+        return self.jit is not None and self.jit.pending
 
     def lightning_callback(self) -> SignalBridge:
         """The Lightning callback that replaces Lightning's SIGTERM handler during fit."""

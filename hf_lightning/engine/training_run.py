@@ -57,7 +57,7 @@ class TrainingRun:
         self.logging = LoggingConnector(facade, self)
         self.evaluation = EvaluationConnector(facade, self)
         self.checkpointing = CheckpointConnector(facade, self)
-        self.signals: SignalScope | None = None
+        self.signals = SignalScope(facade)  # SIGTERM / SIGINT during this call (hf_lightning/engine/signals.py)
 
     def execute(self, resume_from_checkpoint: str | bool | None) -> TrainOutput:
         """The reference's `train()`: model re-init, checkpointing hooks, then the (batch-size retrying) fit."""
@@ -91,7 +91,6 @@ class TrainingRun:
         # The trial's parameters go onto `args` after model_init (which sees the previous trial's args, as the
         # reference's) and may change the seed, batch size and plan used from here on.
         trainer._hp_search_setup(self.trial)
-        self.signals = SignalScope(trainer)
         try:
             with self.signals:
                 # Weights load before the optimizer exists, as the reference's train() does
