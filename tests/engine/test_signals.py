@@ -304,3 +304,28 @@ def test_slurm_requeue_signal_is_lightnings(tmp_path, monkeypatch):
     assert child.result()["global_step"] == 8  # the run goes on until SLURM ends it
     assert calls.read_text().split() == ["requeue", "4242"]
     assert [name for name in os.listdir(run_dir) if name.startswith("hpc_ckpt_")] == ["hpc_ckpt_1.ckpt"]
+
+
+# ---- DDP: every process stops at the same boundary ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_under_ddp_a_sigterm_to_one_process_stops_all_at_one_boundary(tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    script = os.path.join(ROOT, "tests", "distributed", "jit_checkpoint_script.py")
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
+        "--master_addr=127.0.0.1", script, str(tmp_path),
+    ]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert results[0] == results[1]  # the same step, the same folder seen by both
+    assert results[0]["global_step"] == 3  # rank 1's signal at the end of step 2: the next boundary
+    files = results[0]["checkpoints"]["checkpoint-3"]
+    assert {"rng_state_0.pth", "rng_state_1.pth", COMPLETE_MARKER_NAME} <= set(files)
+    assert checkpoint_problem(str(tmp_path / "run" / "checkpoint-3")) is None
