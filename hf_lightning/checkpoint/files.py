@@ -56,25 +56,50 @@ _fault_hook: Callable[[str], None] | None = None
 
 # `HF_LIGHTNING_KILL_AT="<point>"` or `"<point>#<n>"`: SIGKILL this process the first (n-th) time it reaches
 # `<point>`: a save point above, or `step:<global_step>` after an optimizer update's log/evaluate/save.
+# `HF_LIGHTNING_KILL_SIGNAL` names another signal to send (e.g. `SIGTERM`).
 KILL_AT_ENV = "HF_LIGHTNING_KILL_AT"
+KILL_SIGNAL_ENV = "HF_LIGHTNING_KILL_SIGNAL"
+# `HF_LIGHTNING_PAUSE_AT` (same syntax) with `HF_LIGHTNING_PAUSE_FDS="<write fd>,<read fd>"`: at that point,
+# write the point's name and a newline to the first descriptor, then block until a line arrives on the second,
+# so a test can send this process a signal while it stands at a known point.
+PAUSE_AT_ENV = "HF_LIGHTNING_PAUSE_AT"
+PAUSE_FDS_ENV = "HF_LIGHTNING_PAUSE_FDS"
 _times_reached: dict[str, int] = {}
 
 
 def reach(point: str) -> None:
-    """Mark that a save (or a step boundary) reached `point`; a fault test may raise or kill the process there."""
+    """Mark that a save (or a step boundary) reached `point`; a fault test may raise, kill or pause there."""
     if _fault_hook is not None:
         _fault_hook(point)
     kill_at = os.environ.get(KILL_AT_ENV)
-    if kill_at:
-        _times_reached[point] = _times_reached.get(point, 0) + 1
-        name, _, nth = kill_at.partition("#")
-        if name == point and _times_reached[point] == int(nth or 1):
-            _kill_this_process()
+    pause_at = os.environ.get(PAUSE_AT_ENV)
+    if not (kill_at or pause_at):
+        return
+    _times_reached[point] = _times_reached.get(point, 0) + 1
+    if kill_at and _selects(kill_at, point):
+        _kill_this_process()
+    if pause_at and _selects(pause_at, point):
+        _pause(point)
+
+
+def _selects(selector: str, point: str) -> bool:
+    name, _, nth = selector.partition("#")
+    return name == point and _times_reached[point] == int(nth or 1)
+
+
+def _pause(point: str) -> None:
+    write_fd, read_fd = (int(fd) for fd in os.environ[PAUSE_FDS_ENV].split(","))
+    os.write(write_fd, f"{point}\n".encode())
+    os.read(read_fd, 1)  # a signal handler runs here; the read resumes after it (PEP 475)
 
 
 def _kill_this_process() -> None:
     import signal
 
+    name = os.environ.get(KILL_SIGNAL_ENV)
+    if name:
+        os.kill(os.getpid(), getattr(signal, name))
+        return
     sigkill = getattr(signal, "SIGKILL", None)
     if sigkill is None:  # no SIGKILL (Windows): exit at once, no cleanup either
         os._exit(137)
@@ -101,7 +126,9 @@ def rng_state_file_name(world_size: int, process_index: int) -> str:
     return "rng_state.pth" if world_size <= 1 else f"rng_state_{process_index}.pth"
 
 
-def safe_torch_load(file_path: str, *, numpy_allowed: bool = False, map_location: Any = "cpu") -> Any:
+def safe_torch_load(
+    file_path: str, *, numpy_allowed: bool = False, map_location: Any = "cpu", mmap: bool = False
+) -> Any:
     """`torch.load(weights_only=True)`: tensors and plain containers only, so no pickled code ever runs.
 
     A file holding any other pickled object (code that would run when unpickled) raises ValueError naming the
@@ -115,7 +142,9 @@ def safe_torch_load(file_path: str, *, numpy_allowed: bool = False, map_location
     context = numpy_safe_globals() if numpy_allowed else contextlib.nullcontext()
     try:
         with context:
-            return torch.load(file_path, map_location=map_location, weights_only=True)
+            # mmap needs torch's zip format (files start with "PK"); others go through the plain reader.
+            mmap = mmap and _starts_with(file_path, b"PK")
+            return torch.load(file_path, map_location=map_location, weights_only=True, mmap=mmap or None)
     except pickle.UnpicklingError as error:
         reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
         raise ValueError(
@@ -123,10 +152,15 @@ def safe_torch_load(file_path: str, *, numpy_allowed: bool = False, map_location
             f"which could run code when unpickled ({reason}). hf_lightning only loads checkpoint files with "
             "torch.load(weights_only=True); re-create the file from a state dict with torch.save, or remove it."
         ) from error
-    except (RuntimeError, OSError, EOFError) as error:
+    except Exception as error:  # torch's unpickler fails with many types on garbage (IndexError, KeyError, ...)
         raise ValueError(
             f"Cannot read {file_path} ({type(error).__name__}: {error}); the checkpoint is damaged."
         ) from error
+
+
+def _starts_with(file_path: str, prefix: bytes) -> bool:
+    with open(file_path, "rb") as f:
+        return f.read(len(prefix)) == prefix
 
 
 def numpy_safe_globals() -> Any:
@@ -156,109 +190,183 @@ def list_checkpoints(run_dir: str) -> list[tuple[int, str]]:
 
 
 def is_complete_checkpoint(path: str) -> bool:
-    """True when `path` is a checkpoint a resume can trust.
+    """True when `path` is a checkpoint a resume can trust (`checkpoint_problem` finds nothing wrong)."""
+    return checkpoint_problem(path) is None
 
-    Ours: the completion marker is there (it is written last, before the atomic rename). The reference's (no
-    marker): weights, optimizer, scheduler, RNG and trainer-state files are all present and loadable
-    (safetensors header and size check, `torch.load(weights_only=True)`, JSON parse).
+
+# The trainer-state keys a resume reads: without them the run would restart at step 0 with default intervals.
+_REQUIRED_STATE_KEYS = {
+    "global_step": int,
+    "max_steps": int,
+    "logging_steps": (int, float),
+    "save_steps": (int, float),
+    "log_history": list,
+}
+_RNG_KEYS = ("python", "numpy", "cpu")
+# Model files of strategies that save their own layout (FSDP's folders or files, DeepSpeed's `global_step*`).
+_SHARDED_MODEL_PREFIXES = ("pytorch_model_fsdp", "global_step")
+
+
+def checkpoint_problem(path: str) -> str | None:
+    """Why `path` is not a checkpoint a resume can trust (naming the file and what is wrong), or None.
+
+    The files decide, the marker alone does not. Ours (completion marker present): the marker parses, and the
+    weights, trainer state and every optimizer / scheduler / scaler / RNG file present load. The reference's (no
+    marker): weights, optimizer, scheduler, RNG and trainer-state files are all present and load. "Load" is
+    cheap: the safetensors header and its byte ranges against the file size, `torch.load(weights_only=True,
+    mmap=True)` (tensors mapped, not read), and the trainer state parsed with its step and intervals present.
     """
     if not os.path.isdir(path):
-        return False
+        return f"{path} is not a folder"
     marker = os.path.join(path, COMPLETE_MARKER_NAME)
-    if os.path.exists(marker):
+    ours = os.path.exists(marker)
+    if ours:
         try:
             with open(marker, encoding="utf-8") as f:
                 content = json.load(f)
-        except (OSError, ValueError):
-            return False
-        return isinstance(content, dict) and content.get("format") == CHECKPOINT_FORMAT
-    return _is_complete_reference_checkpoint(path)
+        except (OSError, ValueError) as error:
+            return f"its completion marker {marker} is unreadable ({error})"
+        if not isinstance(content, dict) or content.get("format") != CHECKPOINT_FORMAT:
+            return f"its completion marker {marker} is not format {CHECKPOINT_FORMAT}"
+    problem = weights_problem(path, required=not ours or not _has_sharded_model(path))
+    if problem is not None:
+        return problem
+    problem = trainer_state_problem(os.path.join(path, TRAINER_STATE_NAME))
+    if problem is not None:
+        return problem
+    for name in (OPTIMIZER_NAME, SCHEDULER_NAME):
+        file_path = os.path.join(path, name)
+        if os.path.isfile(file_path):
+            problem = _torch_file_problem(file_path)
+        elif not ours:
+            problem = f"{file_path} is missing"
+        if problem is not None:
+            return problem
+    if os.path.isfile(os.path.join(path, SCALER_NAME)):
+        problem = _torch_file_problem(os.path.join(path, SCALER_NAME))
+        if problem is not None:
+            return problem
+    rng_files = sorted(name for name in os.listdir(path) if _RNG_FILE_PATTERN.match(name))
+    if not rng_files and not ours:
+        return f"{os.path.join(path, 'rng_state.pth')} is missing"
+    for name in rng_files:
+        problem = rng_state_problem(os.path.join(path, name))
+        if problem is not None:
+            return problem
+    return None
 
 
-def _is_complete_reference_checkpoint(path: str) -> bool:
-    rng_files = [name for name in os.listdir(path) if _RNG_FILE_PATTERN.match(name)]
-    checks = [
-        _weights_loadable(path),
-        _torch_file_loadable(os.path.join(path, OPTIMIZER_NAME)),
-        _torch_file_loadable(os.path.join(path, SCHEDULER_NAME)),
-        bool(rng_files),
-    ]
-    if not all(checks):
-        return False
-    if not all(_torch_file_loadable(os.path.join(path, name), numpy_allowed=True) for name in rng_files):
-        return False
-    return _json_loadable(os.path.join(path, TRAINER_STATE_NAME))
+def _has_sharded_model(path: str) -> bool:
+    return any(name.startswith(_SHARDED_MODEL_PREFIXES) for name in os.listdir(path))
 
 
-def _weights_loadable(path: str) -> bool:
+def weights_problem(path: str, required: bool = True) -> str | None:
+    """What is wrong with the model weights in checkpoint folder `path` (safetensors, sharded or not, or .bin)."""
     for name in (SAFE_WEIGHTS_NAME, ADAPTER_SAFE_WEIGHTS_NAME):
         if os.path.isfile(os.path.join(path, name)):
-            return _safetensors_loadable(os.path.join(path, name))
+            return _safetensors_problem(os.path.join(path, name))
     for index_name, shard_check in (
-        (SAFE_WEIGHTS_INDEX_NAME, _safetensors_loadable),
-        (WEIGHTS_INDEX_NAME, _torch_file_loadable),
+        (SAFE_WEIGHTS_INDEX_NAME, _safetensors_problem),
+        (WEIGHTS_INDEX_NAME, _torch_file_problem),
     ):
         index_path = os.path.join(path, index_name)
         if os.path.isfile(index_path):
             try:
                 with open(index_path, encoding="utf-8") as f:
-                    shards = set(json.load(f)["weight_map"].values())
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                return False
-            return all(shard_check(os.path.join(path, shard)) for shard in shards)
+                    shards = sorted(set(json.load(f)["weight_map"].values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+                return f"{index_path} is not a weight index ({type(error).__name__}: {error})"
+            for shard in shards:
+                problem = shard_check(os.path.join(path, shard))
+                if problem is not None:
+                    return problem
+            return None
     for name in (WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME):
         if os.path.isfile(os.path.join(path, name)):
-            return _torch_file_loadable(os.path.join(path, name))
-    return False
+            return _torch_file_problem(os.path.join(path, name))
+    return f"{path} holds no model weights ({SAFE_WEIGHTS_NAME} or {WEIGHTS_NAME})" if required else None
 
 
-def _safetensors_loadable(file_path: str) -> bool:
+def _safetensors_problem(file_path: str) -> str | None:
     from safetensors import safe_open
 
+    if not os.path.isfile(file_path):
+        return f"{file_path} is missing"
     # `safe_open` parses the header and checks that the tensors' byte ranges cover the file exactly, so a
     # truncated file fails here without reading the tensor data.
     try:
         with safe_open(file_path, framework="pt") as f:
             f.keys()
-    except Exception:
-        return False
-    return True
+    except Exception as error:
+        return f"{file_path} is not a complete safetensors file ({error})"
+    return None
 
 
-def _torch_file_loadable(file_path: str, numpy_allowed: bool = False) -> bool:
-    import torch
-
+def _torch_file_problem(file_path: str, numpy_allowed: bool = False) -> str | None:
     if not os.path.isfile(file_path):
-        return False
-    context = numpy_safe_globals() if numpy_allowed else contextlib.nullcontext()
+        return f"{file_path} is missing"
     try:
-        with context:
-            # mmap: tensors are mapped, not read, so a multi-gigabyte optimizer state costs little to check.
-            torch.load(file_path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:
-        return False
-    return True
+        # mmap: tensors are mapped, not read, so a multi-gigabyte optimizer state costs little to check.
+        safe_torch_load(file_path, numpy_allowed=numpy_allowed, mmap=True)
+    except ValueError as error:
+        return str(error)
+    return None
 
 
-def _json_loadable(file_path: str) -> bool:
+def rng_state_problem(file_path: str) -> str | None:
+    """What is wrong with an `rng_state*.pth` file: unreadable, or not a dict of the generators' states."""
+    try:
+        content = safe_torch_load(file_path, numpy_allowed=True, mmap=True)
+    except ValueError as error:
+        return str(error)
+    if not isinstance(content, dict) or any(key not in content for key in _RNG_KEYS):
+        return f"{file_path} is not an RNG state (a dict with the keys {', '.join(_RNG_KEYS)})"
+    return None
+
+
+def trainer_state_problem(file_path: str) -> str | None:
+    """What is wrong with a `trainer_state.json`: missing, not JSON, or without the step and intervals a resume
+    reads (an empty `{}` would silently restart at step 0)."""
+    if not os.path.isfile(file_path):
+        return f"{file_path} is missing"
     try:
         with open(file_path, encoding="utf-8") as f:
-            json.load(f)
-    except (OSError, ValueError):
-        return False
-    return True
+            content = json.load(f)
+    except (OSError, ValueError) as error:
+        return f"{file_path} is not valid JSON ({error})"
+    if not isinstance(content, dict):
+        return f"{file_path} does not hold a JSON object"
+    missing = [key for key in _REQUIRED_STATE_KEYS if key not in content]
+    if missing:
+        return f"{file_path} is incomplete: it has no {', '.join(missing)}"
+    wrong = [
+        key
+        for key, kind in _REQUIRED_STATE_KEYS.items()
+        if not isinstance(content[key], kind) or isinstance(content[key], bool)
+    ]
+    if wrong or content["global_step"] < 0:
+        return f"{file_path} is damaged: {', '.join(wrong) or 'global_step'} has the wrong type or value"
+    return None
 
 
 def get_last_checkpoint(folder: str) -> str | None:
     """The complete `checkpoint-<N>` folder with the largest N in `folder`, or None.
 
-    Like the reference's `get_last_checkpoint` (exact names only, files ignored), but incomplete folders and our
-    scratch folders are skipped.
+    Like the reference's `get_last_checkpoint` (exact names only, files ignored), but invalid folders
+    (`checkpoint_problem`) and our scratch folders are skipped.
     """
+    return newest_valid_checkpoint(folder)[0]
+
+
+def newest_valid_checkpoint(folder: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """The newest valid `checkpoint-<N>` in `folder` (or None), and `(path, problem)` of each newer one skipped."""
+    skipped = []
     for _, path in reversed(list_checkpoints(folder)):
-        if is_complete_checkpoint(path):
-            return path
-    return None
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path, skipped
+        skipped.append((path, problem))
+    return None, skipped
 
 
 def read_model_state_dict(checkpoint_dir: str) -> dict | None:
@@ -301,6 +409,7 @@ def checkpoints_to_delete(
     save_total_limit: int | None,
     best_model_checkpoint: str | None,
     newest: str | None = None,
+    is_valid: Callable[[str], bool] = is_complete_checkpoint,
 ) -> list[str]:
     """The folders the reference's `rotate_checkpoints` deletes, oldest first.
 
@@ -310,6 +419,8 @@ def checkpoints_to_delete(
     earlier run does not make a fresh `checkpoint-100` the oldest). Nothing is deleted while there are at most
     `save_total_limit` folders; otherwise the newest and the best are protected and the oldest unprotected ones go
     until `max(save_total_limit, len(protected))` remain. `save_total_limit` None or <= 0 keeps everything.
+    With no `newest`, the newest folder `is_valid` accepts is protected as well (ours: never left with only a
+    damaged checkpoint).
     """
     if save_total_limit is None or save_total_limit <= 0:
         return []
@@ -319,6 +430,12 @@ def checkpoints_to_delete(
     if len(ordered) <= save_total_limit:
         return []
     protected = {_same_path(ordered[-1])}
+    if newest is None:
+        # Without a folder just written, the newest may be a damaged one: the newest valid folder stays too, so a
+        # resume always has a checkpoint to go back to.
+        valid = next((path for path in reversed(ordered) if is_valid(path)), None)
+        if valid is not None:
+            protected.add(_same_path(valid))
     if best_model_checkpoint is not None:
         protected.add(_same_path(best_model_checkpoint))
     num_to_keep = max(save_total_limit, len(protected))

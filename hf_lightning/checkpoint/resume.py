@@ -30,6 +30,7 @@ from hf_lightning.callbacks import TrainerControl, TrainerState
 from hf_lightning.checkpoint.files import (
     ADAPTER_SAFE_WEIGHTS_NAME,
     ADAPTER_WEIGHTS_NAME,
+    COMPLETE_MARKER_NAME,
     OPTIMIZER_NAME,
     SAFE_WEIGHTS_INDEX_NAME,
     SAFE_WEIGHTS_NAME,
@@ -38,11 +39,15 @@ from hf_lightning.checkpoint.files import (
     TRAINER_STATE_NAME,
     WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
+    checkpoint_problem,
     clean_scratch_folders,
-    get_last_checkpoint,
+    newest_valid_checkpoint,
     read_model_state_dict,
     rng_state_file_name,
+    rng_state_problem,
     safe_torch_load,
+    trainer_state_problem,
+    weights_problem,
 )
 from hf_lightning.engine.protocols import RunLike, TrainerLike
 from hf_lightning.strategies.distributed import barrier
@@ -136,6 +141,12 @@ def prepare_resume(
             f"Can't resume from {checkpoint}: it has no {TRAINER_STATE_NAME}, so the step to continue from is "
             "unknown. Resume from a checkpoint written by Trainer.train(), or start a fresh run."
         )
+    problem = _explicit_checkpoint_problem(checkpoint, weights_required=not (fsdp or deepspeed))
+    if problem is not None:
+        raise ValueError(
+            f"Can't resume from {checkpoint}: {problem}. Resume from another checkpoint "
+            "(resume_from_checkpoint=True takes the newest valid one in output_dir) or start a fresh run."
+        )
     # Every torch file is read (and a bad one refused) before the model is touched.
     files = ResumeFiles(checkpoint, names=_torch_files_to_restore(args, checkpoint, fsdp))
     for name in files.names:
@@ -156,10 +167,29 @@ def _newest_complete_checkpoint(args: Any) -> str:
     if os.path.isdir(run_dir) and args.should_save:
         clean_scratch_folders(run_dir, token="")
     barrier()
-    checkpoint = get_last_checkpoint(run_dir) if os.path.isdir(run_dir) else None
+    checkpoint, skipped = newest_valid_checkpoint(run_dir) if os.path.isdir(run_dir) else (None, [])
+    for path, problem in skipped:
+        logger.warning(f"Skipping checkpoint {path} for resume_from_checkpoint=True: {problem}.")
     if checkpoint is None:
         raise ValueError(f"No valid checkpoint found in output directory ({run_dir})")
     return checkpoint
+
+
+def _explicit_checkpoint_problem(checkpoint: str, weights_required: bool) -> str | None:
+    """What makes an explicitly named checkpoint unusable (the files decide, as for `resume_from_checkpoint=True`).
+
+    A folder with our completion marker gets the full check; any other folder (the reference's, or a
+    `save_only_model` one) is checked for what a resume reads: weights, trainer state and RNG files. The optimizer,
+    scheduler and scaler files are read right after, and a bad one is refused naming it.
+    """
+    if os.path.exists(os.path.join(checkpoint, COMPLETE_MARKER_NAME)):
+        return checkpoint_problem(checkpoint)
+    problem = weights_problem(checkpoint) if weights_required else None
+    problem = problem or trainer_state_problem(os.path.join(checkpoint, TRAINER_STATE_NAME))
+    for name in sorted(os.listdir(checkpoint)):
+        if problem is None and name.startswith("rng_state") and name.endswith(".pth"):
+            problem = rng_state_problem(os.path.join(checkpoint, name))
+    return problem
 
 
 def _load_model_weights(trainer: TrainerLike, checkpoint: str, present: list[str]) -> None:

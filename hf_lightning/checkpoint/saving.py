@@ -46,7 +46,7 @@ from hf_lightning.checkpoint.files import (
     write_complete_marker,
 )
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
-from hf_lightning.checkpoint.output_folder import apply_umask
+from hf_lightning.checkpoint.output_folder import apply_umask, write_failure
 from hf_lightning.checkpoint.save_imports import deepspeed_probe_skipped_while_unloaded
 from hf_lightning.data.model_inputs import is_peft_model
 from hf_lightning.strategies.distributed import barrier
@@ -203,11 +203,17 @@ class CheckpointMixin(MetricsIOMixin):
                 reach("marker")
                 write_complete_marker(temporary_dir, self.state.global_step)
                 commit_checkpoint(temporary_dir, final_dir, token)
-        except BaseException:
+        except BaseException as error:
             self.state.best_model_checkpoint = previous_best
+            failure = None
+            if should_save and isinstance(error, (OSError, RuntimeError)):
+                # torch says "unexpected pos" for a full disk; name output_dir and the system's reason instead.
+                failure = write_failure(run_dir, os.path.basename(final_dir), temporary_dir, error)
             if should_save:
                 # Every scratch folder of this save goes (an existing folder moved aside comes back).
                 clean_scratch_folders(run_dir, token="")
+            if failure is not None:
+                raise failure from error
             raise
         if self.args.push_to_hub:
             self._push_from_checkpoint(final_dir)  # integrations/hub.py (world process zero only)

@@ -117,3 +117,4 @@ class RunLike(Protocol):
     logging: Any  # engine.logging_connector.LoggingConnector
     evaluation: Any  # evaluation.connector.EvaluationConnector
     checkpointing: Any  # checkpoint.connector.CheckpointConnector
+    signals: Any  # engine.signals.SignalScope

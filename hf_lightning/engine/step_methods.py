@@ -258,8 +258,8 @@ class TrainingStepMixin:
             run.logging.log_training_window(grad_norm, learning_rate)
         if self.control.should_evaluate:
             run.evaluation.evaluate()
-        if self.control.should_save:
-            run.checkpointing.save()
+        if self.control.should_save or run.signals.checkpoint_pending():
+            run.checkpointing.save()  # a SIGTERM checkpoint (enable_jit_checkpoint) whatever the save rule said
 
     def _gather_mean(self, tensor: torch.Tensor) -> torch.Tensor:
         if (

@@ -45,6 +45,7 @@ from hf_lightning.engine.loss import (
 from hf_lightning.engine.memory import TrainerMemoryTracker
 from hf_lightning.engine.outputs import TrainOutput
 from hf_lightning.engine.seeding import seed_from_args
+from hf_lightning.engine.signals import JITCheckpointCallback
 from hf_lightning.engine.step_methods import TrainingStepMixin
 from hf_lightning.evaluation.helpers import deepspeed_input_dtype
 from hf_lightning.evaluation.loop import EvaluationMixin
@@ -160,8 +161,10 @@ class HFLightningTrainer(
         self._place_model(model)
 
         hf_callbacks, self.lightning_callbacks = _split_callbacks(callbacks)
+        # As the reference: the SIGTERM checkpoint callback right after the flow callback, before the user's.
+        jit_callbacks = [JITCheckpointCallback(self)] if args.enable_jit_checkpoint else []
         self.callback_handler = CallbackHandler(
-            [DefaultFlowCallback] + hf_callbacks,
+            [DefaultFlowCallback] + jit_callbacks + hf_callbacks,
             self.model,
             self.processing_class,
             self.optimizer,

@@ -27,6 +27,7 @@ from hf_lightning.engine.module import HFLightningModule
 from hf_lightning.engine.outputs import TrainOutput
 from hf_lightning.engine.protocols import TrainerLike
 from hf_lightning.engine.seeding import seed_from_args
+from hf_lightning.engine.signals import SignalScope, keyboard_interrupt_of
 from hf_lightning.evaluation.connector import EvaluationConnector
 from hf_lightning.integrations.logger_adapters import send_run_texts
 
@@ -56,6 +57,7 @@ class TrainingRun:
         self.logging = LoggingConnector(facade, self)
         self.evaluation = EvaluationConnector(facade, self)
         self.checkpointing = CheckpointConnector(facade, self)
+        self.signals = SignalScope(facade)  # SIGTERM / SIGINT during this call (hf_lightning/engine/signals.py)
 
     def execute(self, resume_from_checkpoint: str | bool | None) -> TrainOutput:
         """The reference's `train()`: model re-init, checkpointing hooks, then the (batch-size retrying) fit."""
@@ -89,10 +91,12 @@ class TrainingRun:
         # The trial's parameters go onto `args` after model_init (which sees the previous trial's args, as the
         # reference's) and may change the seed, batch size and plan used from here on.
         trainer._hp_search_setup(self.trial)
-        # Weights load before the optimizer exists, as the reference's train() does (hf_lightning/checkpoint/resume.py).
-        self.resume.prepare(resume_from_checkpoint)
         try:
-            return self._with_executable_batch_size()
+            with self.signals:
+                # Weights load before the optimizer exists, as the reference's train() does
+                # (hf_lightning/checkpoint/resume.py).
+                self.resume.prepare(resume_from_checkpoint)
+                return self._with_executable_batch_size()
         finally:
             if trainer.neftune_noise_alpha is not None and hasattr(trainer, "neftune_hook_handle"):
                 trainer._deactivate_neftune()
@@ -177,10 +181,19 @@ class TrainingRun:
 
         callback = _TrainBeginBridge(self, train_dataloader)
         lightning_trainer.callbacks.insert(0, callback)
+        lightning_trainer.callbacks.insert(0, self.signals.lightning_callback())
         self.fitting = True
         try:
             with engine_design_warnings_silenced():
-                lightning_trainer.fit(module, train_dataloaders=train_dataloader)
+                try:
+                    lightning_trainer.fit(module, train_dataloaders=train_dataloader)
+                except SystemExit as exit_:
+                    interrupt = keyboard_interrupt_of(exit_)
+                    if interrupt is None:
+                        raise
+                    # Lightning has shut down gracefully and turned Ctrl+C into SystemExit(1); the user's
+                    # `except KeyboardInterrupt:` expects the interrupt itself, as from the reference's train().
+                    raise interrupt from None
             if not callback.started:
                 # Resumed from the final checkpoint: Lightning's loop had nothing to do and skipped on_train_start.
                 callback.on_train_start(lightning_trainer, module)

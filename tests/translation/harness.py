@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,6 +191,7 @@ class Run:
     callback_counts: list[int] = field(default_factory=list)
     gathers: list[str] = field(default_factory=list)
     hub: Any = None  # the test Hub's record of a "hub" recipe run (HubRecord)
+    wait_status: int | None = None
 
     @property
     def log_history(self) -> list[dict]:
@@ -497,6 +499,27 @@ def recipe_hub(run: Run, kw: dict, mp: pytest.MonkeyPatch) -> None:
             },
             pushes=sum("/preupload/" in path for _, path in state.requests),
         )
+class SigtermAtStep(TrainerCallback):
+    """Sends this process SIGTERM at the end of step `step`."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def recipe_sigterm(run: Run, kw: dict) -> None:
+    """Training in a forked child that receives SIGTERM at the end of step 2; its wait status is recorded."""
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        try:
+            torch.set_num_threads(1)  # the parent's OpenMP team does not exist in a forked child
+            _trainer(run, kw, Probe(), train_dataset=regression_data(TRAIN_SIZE), callbacks=[SigtermAtStep(2)]).train()
+        finally:
+            os._exit(0)
+    _, run.wait_status = os.waitpid(child, 0)
 
 
 RECIPES: dict[str, Callable] = {

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import signal
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -88,6 +90,15 @@ def _first_batch_differs(base: Run, changed: Run) -> None:
 def _refused(base: Run, changed: Run) -> None:
     assert base.error is None and base.trainer is not None
     assert changed.error is not None and changed.trainer is None
+
+
+def _sigterm_checkpoint(base: Run, changed: Run) -> None:
+    """SIGTERM at the end of step 2: without the field the process dies by it; with it, a checkpoint of step 3 (the
+    next update boundary) and a normal exit."""
+    assert os.WIFSIGNALED(base.wait_status) and os.WTERMSIG(base.wait_status) == signal.SIGTERM
+    assert base.checkpoints() == []
+    assert os.WIFEXITED(changed.wait_status) and os.WEXITSTATUS(changed.wait_status) == 0
+    assert changed.checkpoints() == ["checkpoint-3"]
 
 
 def _checkpoints(expected_base: list[int], expected_changed: list[int]) -> Callable[[Run, Run], None]:
@@ -599,7 +610,7 @@ CASES: dict[str, Case] = {
         True, _output_dir_created, recipe="second_process", context={"save_strategy": "steps"}
     ),
     "log_on_each_node": Case(False, _verbosity(40, 30), recipe="second_process", context={"log_level": "error"}),
-    "enable_jit_checkpoint": Case(True, _refused, recipe="refusal", refused=True),  # not landed yet
+    "enable_jit_checkpoint": Case(True, _sigterm_checkpoint, recipe="sigterm"),
     "load_best_model_at_end": Case(True, _best_model_loaded, recipe="eval_adverse", context=BEST_MODEL),
     "metric_for_best_model": Case("loss", _best_metric, recipe="eval", context=BEST_MODEL),
     "greater_is_better": Case(

@@ -20,9 +20,10 @@ from hf_lightning.integrations.loggers import build_loggers, default_logdir
 from hf_lightning.strategies.build import build_strategy, resolve_ddp_kwargs
 from hf_lightning.strategies.process_group import process_group_kwargs
 from hf_lightning.translation.environment import Environment
+from hf_lightning.translation.field_registry import FIELD_REGISTRY
 from hf_lightning.translation.plan import Plan
 from hf_lightning.translation.registry import features
-from hf_lightning.translation.registry.core import STATUSES
+from hf_lightning.translation.registry.core import STATUSES, equals, gated
 from hf_lightning.translation.registry.distributed import fsdp_config
 from hf_lightning.translation.translate import explain, translate
 
@@ -344,7 +345,6 @@ def test_deepspeed_auto_values_are_filled_once_the_feature_lands(make_args, monk
 @pytest.mark.parametrize(
     ("field", "kwargs", "words"),
     [
-        ("enable_jit_checkpoint", {"enable_jit_checkpoint": True}, ["SIGTERM"]),
         ("use_liger_kernel", {"use_liger_kernel": True}, ["liger"]),
         ("debug", {"debug": "underflow_overflow"}, ["underflow_overflow"]),
         ("debug", {"debug": "tpu_metrics_debug"}, ["XLA"]),
@@ -369,16 +369,16 @@ def test_parallelism_config_is_refused(make_args):
 
 def test_every_refusal_is_listed_in_one_error(make_args):
     message = refusal(
-        make_args(use_liger_kernel=True, enable_jit_checkpoint=True, report_to="clearml")
+        make_args(debug="underflow_overflow", use_liger_kernel=True, report_to="clearml")
     )
-    for field in ("use_liger_kernel", "enable_jit_checkpoint", "report_to"):
+    for field in ("debug", "use_liger_kernel", "report_to"):
         assert f"{field}=" in message
 
 
 def test_explain_can_show_refusals_without_raising(make_args):
-    plan = translate(make_args(enable_jit_checkpoint=True, use_liger_kernel=True), CPU, raise_on_refusal=False)
-    assert {note.field for note in plan.refusals()} == {"enable_jit_checkpoint", "use_liger_kernel"}
-    line = next(line for line in explain(plan).splitlines() if line.startswith("enable_jit_checkpoint "))
+    plan = translate(make_args(debug="underflow_overflow", use_liger_kernel=True), CPU, raise_on_refusal=False)
+    assert {note.field for note in plan.refusals()} == {"debug", "use_liger_kernel"}
+    line = next(line for line in explain(plan).splitlines() if line.startswith("use_liger_kernel "))
     assert "refused" in line
 
 
@@ -390,9 +390,20 @@ def test_liger_kernel_is_honoured_when_installed(make_args):
 
 
 def test_features_flip_from_refused_to_honoured(make_args, monkeypatch):
+    # Every feature has landed today, so the switchboard is exercised with a pending one made up here.
+    monkeypatch.setitem(features.FEATURES, "demo", (False, "a demonstration feature"))
+    gated_entry = dataclasses.replace(
+        FIELD_REGISTRY["enable_jit_checkpoint"],
+        feature="demo",
+        handler=gated("demo", is_neutral=equals(False), how_landed="demo", how_neutral="off",
+                      fix="set enable_jit_checkpoint=False"),
+    )
+    monkeypatch.setitem(FIELD_REGISTRY, "enable_jit_checkpoint", gated_entry)
     args = override(make_args(), enable_jit_checkpoint=True)
-    assert "enable_jit_checkpoint=" in refusal(args)
-    monkeypatch.setitem(features.FEATURES, "jit_checkpoint", (True, features.FEATURES["jit_checkpoint"][1]))
+    message = refusal(args)
+    assert "enable_jit_checkpoint=" in message and "a demonstration feature has not landed" in message
+    assert translate(make_args(), CPU).notes["enable_jit_checkpoint"].status == "not-applicable"
+    monkeypatch.setitem(features.FEATURES, "demo", (True, "a demonstration feature"))
     plan = translate(args, CPU)
     assert plan.notes["enable_jit_checkpoint"].status == "honoured"
 

@@ -15,8 +15,6 @@ from hf_lightning.translation.registry.core import (
     always,
     honoured,
     not_applicable,
-    not_landed_message,
-    refused,
     warned,
 )
 
@@ -106,10 +104,11 @@ def _best_metric_option(field: str, value: Any, ctx: Context) -> Decision:
 
 def _enable_jit_checkpoint(field: str, value: Any, ctx: Context) -> Decision:
     if not value:
-        return honoured("no checkpoint on SIGTERM")
-    if ctx.landed("jit_checkpoint"):
-        return honoured("facade: a SIGTERM handler saves a checkpoint before exiting")
-    return refused(not_landed_message("jit_checkpoint", "set enable_jit_checkpoint=False"))
+        return honoured("facade: SIGTERM ends the process as without a handler (exit status 143)")
+    return honoured(
+        "facade: on SIGTERM a checkpoint at the next update boundary, then train() returns "
+        "(hf_lightning/engine/signals.py)"
+    )
 
 
 # ------------------------------------------------------------------ seq2seq generation
@@ -239,7 +238,7 @@ ENTRIES: list[FieldEntry] = [
         "checkpoint rotation",
     ),
     FieldEntry(
-        "enable_jit_checkpoint", False, _enable_jit_checkpoint, "checkpoint on SIGTERM", feature="jit_checkpoint"
+        "enable_jit_checkpoint", False, _enable_jit_checkpoint, "checkpoint on SIGTERM"
     ),
     FieldEntry("push_to_hub", False, _push_to_hub, "Hub pushes: repo created at construction, each save pushed in the background, push_to_hub() at the end"),
     FieldEntry(

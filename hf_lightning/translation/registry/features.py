@@ -10,7 +10,6 @@ from __future__ import annotations
 
 # feature name -> (landed, what it covers, in the user's words); landed features leave the switchboard.
 FEATURES: dict[str, tuple[bool, str]] = {
-    "jit_checkpoint": (False, "a checkpoint saved on SIGTERM"),
 }
 
 

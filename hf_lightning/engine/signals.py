@@ -1,0 +1,163 @@
+"""Signals during `train()`: SIGTERM and SIGINT mean what they mean to a `transformers.Trainer` script.
+
+Lightning's fit turns SIGTERM into an exit with status 0 and SIGINT into `SystemExit(1)`. Here instead:
+- SIGTERM without `enable_jit_checkpoint`: the process ends by the signal (exit status 143 in a shell, as a
+  process without a handler), after one line on stderr; no traceback. A handler the user installed before
+  `train()` (or SIG_IGN) is kept in place, as Lightning's is not.
+- SIGTERM with `enable_jit_checkpoint`: a request; at the next update boundary (`on_step_end`, or the epoch end)
+  the step is saved by the usual save path (after its log and evaluation) and training stops; `train()` returns
+  normally. Under
+  DDP every process learns of a request made on any of them through one small all-reduce per update (only while
+  this handler is installed), so all stop at the same step.
+- SIGINT: `KeyboardInterrupt` out of `train()` (`SystemExit` from Lightning's handling becomes it again).
+- Under SLURM with Lightning's auto-requeue (its `SLURMEnvironment` plugin), Lightning's own SIGTERM and
+  requeue-signal handling stay in place; SIGUSR1 is never touched here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import lightning.pytorch as pl
+
+from hf_lightning.callbacks import TrainerCallback
+from hf_lightning.engine.protocols import TrainerLike
+
+logger = logging.getLogger(__name__)
+
+TERMINATED_MESSAGE = (
+    "hf_lightning: received SIGTERM during train(); the process ends now (exit status 143). Set "
+    "enable_jit_checkpoint=True to save a checkpoint at the next update boundary first."
+)
+
+
+class JITCheckpointCallback(TrainerCallback):
+    """`enable_jit_checkpoint`: on SIGTERM, save a checkpoint at the next update boundary and stop training."""
+
+    def __init__(self, facade: TrainerLike):
+        self._facade = facade
+        self.requested = False
+        self.pending = False  # a checkpoint is due at this boundary's save
+
+    def request(self, signum: int, frame: Any) -> None:
+        """The SIGTERM handler: only records the request (the save happens at the next update boundary)."""
+        if not self.requested:
+            logger.info("SIGTERM received: a checkpoint will be saved at the next update boundary.")
+        self.requested = True
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if self._agreed():
+            self._save_and_stop(control)
+        return control
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if self._agreed():
+            self._save_and_stop(control)
+        return control
+
+    def _agreed(self) -> bool:
+        """Whether any process received SIGTERM: an all-reduce of the flag under DDP (every process calls it)."""
+        import torch.distributed as dist
+
+        requested = self.requested
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            import torch
+
+            device = getattr(getattr(self._facade.lightning_trainer, "strategy", None), "root_device", None)
+            flag = torch.tensor([int(requested)], device=device or "cpu")
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            requested = bool(flag.item())
+        return requested
+
+    def _save_and_stop(self, control: Any) -> None:
+        # The step's own save path writes it, after the step's log and evaluation, so the checkpoint's log history
+        # is complete; then the loop stops as after any `should_training_stop`.
+        self.requested = False
+        self.pending = True
+        logger.info(f"Saving the SIGTERM checkpoint at step {self._facade.state.global_step}, then stopping.")
+        control.should_training_stop = True
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.pending = False
+        return control
+
+
+class SignalBridge(pl.Callback):
+    """Puts this module's SIGTERM handler in place of Lightning's once fit has registered its handlers."""
+
+    def __init__(self, jit: JITCheckpointCallback | None, before_train: Any):
+        self._jit = jit
+        self._before_train = before_train  # the SIGTERM handler in place when train() began
+        self._lightning_trainer: pl.Trainer | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from lightning.fabric.plugins.environments import SLURMEnvironment
+
+        environment = trainer._accelerator_connector.cluster_environment
+        if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
+            return  # Lightning's requeue protocol owns SIGTERM there
+        self._lightning_trainer = trainer
+        if self._jit is not None:
+            handler = self._jit.request
+        elif self._before_train in (signal.SIG_DFL, None):
+            handler = self._terminate
+        else:
+            handler = self._before_train  # the user's own handler (or SIG_IGN), as without Lightning
+        _install(signal.SIGTERM, handler)  # Lightning's teardown puts back the handlers it found at fit start
+
+    def _terminate(self, signum: int, frame: Any) -> None:
+        """End the process by the signal itself, as a process without a SIGTERM handler ends."""
+        print(TERMINATED_MESSAGE, file=sys.stderr, flush=True)
+        launcher = getattr(getattr(self._lightning_trainer, "strategy", None), "launcher", None)
+        if launcher is not None and callable(getattr(launcher, "kill", None)):
+            launcher.kill(signum)  # the processes Lightning started for this run end with this one
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _install(signum: int, handler: Any) -> None:
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signum, handler)
+
+
+class SignalScope:
+    """One `train()` call's signal handling: the JIT handler during the whole call, the bridge during fit."""
+
+    def __init__(self, facade: TrainerLike):
+        self.jit: JITCheckpointCallback | None = None
+        self._before_train = signal.getsignal(signal.SIGTERM)
+        for callback in facade.callback_handler.callbacks:
+            if isinstance(callback, JITCheckpointCallback):
+                self.jit = callback
+
+    def __enter__(self) -> SignalScope:
+        if self.jit is not None:
+            self.jit.requested = self.jit.pending = False
+            _install(signal.SIGTERM, self.jit.request)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.jit is not None:
+            _install(signal.SIGTERM, self._before_train)
+
+    def checkpoint_pending(self) -> bool:
+        """Whether a SIGTERM checkpoint is due at the current update boundary."""
+        return self.jit is not None and self.jit.pending
+
+    def lightning_callback(self) -> SignalBridge:
+        """The Lightning callback that replaces Lightning's SIGTERM handler during fit."""
+        return SignalBridge(self.jit, self._before_train)
+
+
+def keyboard_interrupt_of(exit_: SystemExit) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt Lightning turned into `SystemExit(1)` (after its graceful shutdown), if any."""
+    context = exit_.__context__
+    return context if isinstance(context, KeyboardInterrupt) else None
