@@ -89,6 +89,8 @@ class TrainingRun:
         # The trial's parameters go onto `args` after model_init (which sees the previous trial's args, as the
         # reference's) and may change the seed, batch size and plan used from here on.
         trainer._hp_search_setup(self.trial)
+        # A background checkpoint write of an earlier train() is committed before any checkpoint is chosen.
+        self.checkpointing.wait_for_pending_write()
         # Weights load before the optimizer exists, as the reference's train() does (hf_lightning/checkpoint/resume.py).
         self.resume.prepare(resume_from_checkpoint)
         try:
@@ -178,14 +180,18 @@ class TrainingRun:
         callback = _TrainBeginBridge(self, train_dataloader)
         lightning_trainer.callbacks.insert(0, callback)
         self.fitting = True
+        failed = True
         try:
             with engine_design_warnings_silenced():
                 lightning_trainer.fit(module, train_dataloaders=train_dataloader)
             if not callback.started:
                 # Resumed from the final checkpoint: Lightning's loop had nothing to do and skipped on_train_start.
                 callback.on_train_start(lightning_trainer, module)
+            failed = False
         finally:
             self.fitting = False
+            # A background checkpoint write is committed (or its failure raised) before train() goes on.
+            self.checkpointing.wait_for_pending_write(raise_failure=not failed)
         return self._finalize()
 
     def _finalize(self) -> TrainOutput:
