@@ -238,7 +238,7 @@ class BackgroundCheckpointWriter:
         return self._thread is not None
 
     def submit(self, facade: Any, save: PendingSave) -> None:
-        """Wait for the previous write, copy the state now, and write it in the background. All ranks."""
+        """Copy the state now and write it in the background (after the previous write, waited for). All ranks."""
         if getattr(facade, "is_deepspeed_enabled", False) or getattr(facade, "is_fsdp_enabled", False):
             raise ValueError(
                 "AsyncCheckpointIO in lightning_trainer_overrides['plugins'] supports single-process and DDP "

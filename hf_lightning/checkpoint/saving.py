@@ -174,6 +174,9 @@ class CheckpointMixin(MetricsIOMixin):
         `AsyncCheckpointIO` plugin the files are written, committed and rotated by a background thread
         (`checkpoint/async_writes.py`) once the state is copied off the device.
         """
+        writer = background_writer_for(self)
+        if writer is not None:
+            writer.wait()  # a second save starts once the first is committed (its failure is raised here)
         if getattr(self, "hp_search_backend", None) is None and trial is None:
             self.store_flos()
         run_dir = self._get_output_dir(trial=trial)
@@ -182,7 +185,6 @@ class CheckpointMixin(MetricsIOMixin):
         temporary_dir = temporary_checkpoint_dir(run_dir, self.state.global_step, token)
         should_save = self.args.should_save
         previous_best = self.state.best_model_checkpoint
-        writer = background_writer_for(self)
         try:
             if should_save:
                 shutil.rmtree(temporary_dir, ignore_errors=True)

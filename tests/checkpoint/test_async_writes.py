@@ -32,11 +32,14 @@ from tests.checkpoint.test_resume_safety import SETTINGS, assert_bit_identical, 
 from tests.parity.models import DropoutMLP, regression_data
 
 
-def make_trainer(output_dir, *, asynchronous: bool, model_seed: int = 0, **overrides) -> HFLightningTrainer:
+def make_trainer(
+    output_dir, *, asynchronous: bool, model_seed: int = 0, eval_dataset=None, **overrides
+) -> HFLightningTrainer:
     trainer = HFLightningTrainer(
         model=DropoutMLP(model_seed),
         args=TrainingArguments(output_dir=str(output_dir), **{**SETTINGS, **overrides}),
         train_dataset=regression_data(10),
+        eval_dataset=eval_dataset,
     )
     if asynchronous:
         trainer.lightning_trainer_overrides = {"plugins": [AsyncCheckpointIO()]}
@@ -212,3 +215,25 @@ def test_yaml_trainer_section_instantiates_the_plugin():
     overrides = _lightning_overrides({"plugins": [{"class_path": "lightning.pytorch.plugins.io.AsyncCheckpointIO"}]})
     (plugin,) = overrides["plugins"]
     assert isinstance(plugin, AsyncCheckpointIO)
+
+
+def test_best_model_tracking_and_rotation_match_the_synchronous_run(tmp_path):
+    """With evaluation and `save_total_limit=1`, the best checkpoint, the kept folders and the loaded best model
+    are the synchronous run's (the best folder of a previous save is committed before the next save looks)."""
+    settings = dict(
+        eval_strategy="steps", eval_steps=2, save_total_limit=1, load_best_model_at_end=True,
+        metric_for_best_model="loss", greater_is_better=True,  # the best is the worst loss: not the last save
+    )
+    runs = {}
+    for asynchronous in (False, True):
+        trainer = make_trainer(
+            tmp_path / str(asynchronous), asynchronous=asynchronous, eval_dataset=regression_data(4), **settings
+        )
+        trainer.train()
+        runs[asynchronous] = trainer
+    sync, background = runs[False], runs[True]
+    assert os.path.basename(background.state.best_model_checkpoint) == os.path.basename(
+        sync.state.best_model_checkpoint
+    )
+    assert sorted(os.listdir(tmp_path / "True")) == sorted(os.listdir(tmp_path / "False"))
+    assert_bit_identical(weights(background), weights(sync))
