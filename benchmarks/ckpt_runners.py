@@ -208,7 +208,47 @@ def run_hf_lightning_ckpt(workload: Workload, clock: StepClock, output_dir: str)
     from hf_lightning import Trainer, TrainerCallback, TrainingArguments
 
     clock.imports_done()
-    return _run_hf_style_ckpt(workload, clock, output_dir, Trainer, TrainingArguments, TrainerCallback)
+    result = _run_hf_style_ckpt(workload, clock, output_dir, Trainer, TrainingArguments, TrainerCallback)
+    result.update(_async_saves(workload, output_dir, Trainer, TrainingArguments, TrainerCallback))
+    return result
+
+
+def _async_saves(
+    workload: Workload, output_dir: str, trainer_cls: type, args_cls: type, callback_base: type
+) -> dict[str, Any]:
+    """The same run with Lightning's `AsyncCheckpointIO`: what a save blocks training for (`on_step_end` ->
+    `on_save`, the copy of the state off the device), and the checkpoints' agreement with the synchronous ones."""
+    from lightning.pytorch.plugins.io import AsyncCheckpointIO
+
+    marks: dict[str, float] = {}
+    blocking: list[float] = []
+
+    class SaveClock(callback_base):
+        def on_step_end(self, args, state, control, **kwargs):
+            marks["step_end"] = time.perf_counter()
+
+        def on_save(self, args, state, control, **kwargs):
+            blocking.append(time.perf_counter() - marks["step_end"])
+
+    run_dir = os.path.join(output_dir, "run-async")
+    args = {**workload.trainer_args(run_dir), "save_strategy": "steps", "save_steps": workload.max_steps // 2}
+    trainer = trainer_cls(
+        model=workload.seeded_model(),
+        args=args_cls(**args),
+        train_dataset=workload.train_dataset(),
+        callbacks=[SaveClock()],
+    )
+    trainer.lightning_trainer_overrides = {"plugins": [AsyncCheckpointIO()]}
+    trainer.train()  # returns once the last background write is committed
+    from safetensors.torch import load_file
+
+    name = f"checkpoint-{workload.max_steps}"
+    synchronous = load_file(os.path.join(output_dir, "run", name, "model.safetensors"))
+    background = load_file(os.path.join(run_dir, name, "model.safetensors"))
+    same = synchronous.keys() == background.keys() and all(torch.equal(synchronous[k], background[k]) for k in synchronous)
+    if not same:
+        raise RuntimeError("the asynchronous checkpoint's weights differ from the synchronous run's")
+    return {"async_first_save_s": blocking[0], "async_save_s": blocking[1]}
 
 
 CKPT_RUNNERS: dict[str, Callable[[Workload, StepClock, str], dict[str, Any]]] = {

@@ -42,7 +42,11 @@ RUNNERS = {
     "clm": ("hand", "transformers", "lightning", "hf_lightning"),
     "eval": ("hand", "transformers", "hf_lightning"),
     "ckpt": ("bare", "transformers", "hf_lightning"),
+    "ddp": ("transformers", "hf_lightning"),
+    "resume": ("transformers", "hf_lightning"),
 }
+# Workloads whose job uses every core of the run (2 processes each): run after the others, one at a time.
+EXCLUSIVE_WORKLOADS = ("ddp",)
 README = REPO / "benchmarks" / "README.md"
 TABLE_START, TABLE_END = "<!-- results:start -->", "<!-- results:end -->"
 
@@ -121,6 +125,15 @@ def describe(result: dict[str, Any]) -> str:
             f"{head} evaluate {result['evaluate_samples_per_s']:.1f}/s  predict {result['predict_samples_per_s']:.1f}/s"
             f"  loss {result['eval_loss']:.6f}"
         )
+    if result["workload"] == "ddp":
+        return (
+            f"{head} cls {result['cls_steps_per_s']:.3f} steps/s  clm {result['clm_steps_per_s']:.3f} steps/s  "
+            f"loss {result['cls_final_loss']:.6f} / {result['clm_final_loss']:.6f}"
+        )
+    if result["workload"] == "resume":
+        return f"{head} " + "  ".join(
+            f"{key} {value:.3f}" for key, value in result.items() if "_first_update_s@" in key or key.endswith("_growth")
+        )
     if result["workload"] == "ckpt":
         resume = result.get("resume_load_s")
         resume_text = f"{resume:.3f}s" if resume is not None else result.get("resume_error", "-")[:60]
@@ -170,12 +183,19 @@ def run_suite(options: argparse.Namespace) -> dict[str, Any]:
             finally:
                 free_cpus.put(cpu)
 
+        exclusive = [] if options.smoke else [g for g in groups if g[0]["workload"] in EXCLUSIVE_WORKLOADS]
+        shared = [group for group in groups if group not in exclusive]
         with ThreadPoolExecutor(max_workers=min(options.parallel, len(cpus))) as pool:
-            futures = [pool.submit(run_on_free_cpu, group) for group in groups]
+            futures = [pool.submit(run_on_free_cpu, group) for group in shared]
             for future in futures:
                 for result in future.result():
                     results.append(result)
                     print(f"[{len(results)}/{len(jobs)}] {describe(result)}", flush=True)
+        all_cpus = ",".join(cpu for cpu in cpus if cpu) or None
+        for group in exclusive:
+            for result in run_group(group, all_cpus, options.threads, scratch):
+                results.append(result)
+                print(f"[{len(results)}/{len(jobs)}] {describe(result)}", flush=True)
         imports = None
         if not options.no_imports:
             prefix = ["taskset", "-c", cpus[0]] if cpus[0] else []

@@ -26,6 +26,10 @@ def _runner(workload: str, runner: str):
         from benchmarks.eval_runners import EVAL_RUNNERS as runners
     elif workload == "ckpt":
         from benchmarks.ckpt_runners import CKPT_RUNNERS as runners
+    elif workload == "ddp":
+        from benchmarks.ddp_runners import DDP_RUNNERS as runners
+    elif workload == "resume":
+        from benchmarks.resume_runners import RESUME_RUNNERS as runners
     else:
         from benchmarks.train_runners import TRAIN_RUNNERS as runners
     if runner not in runners:

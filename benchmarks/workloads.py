@@ -35,6 +35,8 @@ SCALES: dict[str, dict[str, Any]] = {
         # evaluate() + predict() rounds per run: one round of 96 samples varies by +-10% between runs.
         "eval_rounds": 3,
         "resume_tries": 3,
+        "ddp_steps": 6,
+        "resume_positions": (10, 1000, 10000),
         "model": "full",
     },
     "quick": {
@@ -45,6 +47,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "eval_samples": 32,
         "eval_rounds": 1,
         "resume_tries": 2,
+        "ddp_steps": 4,
+        "resume_positions": (10, 1000, 10000),
         "model": "full",
     },
     "smoke": {
@@ -55,6 +59,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "eval_samples": 16,
         "eval_rounds": 1,
         "resume_tries": 1,
+        "ddp_steps": 2,
+        "resume_positions": (5, 10),
         "model": "small",
     },
 }
@@ -261,15 +267,28 @@ def _gpt2_lm(size: dict[str, int]) -> nn.Module:
 
 # ---- the workloads ---------------------------------------------------------------------------------------
 TRAIN_WORKLOADS = ("tiny", "cls", "clm")
-ALL_WORKLOADS = (*TRAIN_WORKLOADS, "eval", "ckpt")
+ALL_WORKLOADS = (*TRAIN_WORKLOADS, "eval", "ckpt", "ddp", "resume")
 
 
 def build_workload(name: str, scale: str, steps: int | None = None) -> Workload:
-    """The workload `name` ("tiny", "cls", "clm"; "eval" and "ckpt" reuse "cls") at `scale`.
+    """The workload `name` ("tiny", "cls", "clm"; "eval" and "ckpt" reuse "cls"; "ddp" runs "cls" and "clm"
+    on 2 processes, "resume" the "tiny" model) at `scale`.
 
     `steps` overrides the scale's step count of a training workload (the data grows to match).
     """
     settings = dict(SCALES[scale])
+    if name == "ddp":  # benchmarks/ddp_runners.py builds "cls" and "clm" in each rank
+        ddp_steps = settings["ddp_steps"]
+        return Workload(
+            name="ddp", batch_size=0, grad_accum=1, max_steps=ddp_steps, learning_rate=0.0, logging_steps=1,
+            num_examples=0, build_model=MLPRegressor, build_dataset=_regression_dataset, extra={"scale": scale},
+        )
+    if name == "resume":  # benchmarks/resume_runners.py: the tiny model, batch 4, resumed mid-epoch
+        return Workload(
+            name="resume", batch_size=4, grad_accum=1, max_steps=2, learning_rate=1e-3, logging_steps=50,
+            num_examples=0, build_model=MLPRegressor, build_dataset=_regression_dataset,
+            extra={"positions": tuple(settings["resume_positions"])},
+        )
     if steps is not None:
         settings.update(tiny_steps=steps, cls_steps=steps, clm_steps=steps)
     size = MODEL_SIZES[settings["model"]]

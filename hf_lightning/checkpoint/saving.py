@@ -18,6 +18,7 @@ import warnings
 from typing import Any
 
 from hf_lightning.args.enums import enum_value
+from hf_lightning.checkpoint.async_writes import PendingSave, background_writer_for
 from hf_lightning.checkpoint.files import (
     ADAPTER_SAFE_WEIGHTS_NAME,
     ADAPTER_WEIGHTS_NAME,
@@ -169,9 +170,14 @@ class CheckpointMixin(MetricsIOMixin):
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         """Write `checkpoint-<global_step>` atomically, then rotate old checkpoints (CKPT-3.6). All ranks.
 
-        Order as the reference: flos, model files, best checkpoint path, optimizer / scheduler / scaler / RNG,
-        trainer state; then (ours) fsync, completion marker, rename into place; then rotation.
+        Order as the reference: flos, best checkpoint path, model files, optimizer / scheduler / scaler / RNG,
+        trainer state; then (ours) fsync, completion marker, rename into place; then rotation. With Lightning's
+        `AsyncCheckpointIO` plugin the files are written, committed and rotated by a background thread
+        (`checkpoint/async_writes.py`) once the state is copied off the device.
         """
+        writer = background_writer_for(self)
+        if writer is not None:
+            writer.wait()  # a second save starts once the first is committed (its failure is raised here)
         if getattr(self, "hp_search_backend", None) is None and trial is None:
             self.store_flos()
         run_dir = self._get_output_dir(trial=trial)
@@ -185,24 +191,17 @@ class CheckpointMixin(MetricsIOMixin):
                 shutil.rmtree(temporary_dir, ignore_errors=True)
                 os.makedirs(temporary_dir)
             barrier()
+            self._update_best_model_checkpoint(run_dir, final_dir)
+            if writer is not None:
+                writer.submit(self, PendingSave(run_dir, final_dir, temporary_dir, token, previous_best))
+                return
             # A process whose filesystem holds no writer's scratch folder (another node's disk, no
             # save_on_each_node) writes its RNG file straight into checkpoint-N there, as the reference does.
             rng_dir = temporary_dir if should_save or os.path.isdir(temporary_dir) else final_dir
-            self.save_model(temporary_dir, _internal_call=True)
-            self._update_best_model_checkpoint(run_dir, final_dir)
-            if not self.args.save_only_model:
-                self._save_optimizer_and_scheduler(temporary_dir)
-                self._save_scaler(temporary_dir)
-                self._save_rng_state(rng_dir)
-            if should_save:
-                self._save_trainer_state(temporary_dir)
+            self._write_checkpoint_files(temporary_dir, rng_dir)
             barrier()
             if should_save:
-                reach("fsync")
-                fsync_tree(temporary_dir)
-                reach("marker")
-                write_complete_marker(temporary_dir, self.state.global_step)
-                commit_checkpoint(temporary_dir, final_dir, token)
+                self._commit_checkpoint_folder(temporary_dir, final_dir, token)
         except BaseException as error:
             self.state.best_model_checkpoint = previous_best
             failure = None
@@ -215,19 +214,46 @@ class CheckpointMixin(MetricsIOMixin):
             if failure is not None:
                 raise failure from error
             raise
+        self._push_checkpoint(final_dir)
+        if should_save:
+            self._rotate_after_save(run_dir, final_dir, token)
+
+    def _write_checkpoint_files(self, temporary_dir: str, rng_dir: str | None = None) -> None:
+        """Every file of one checkpoint into `temporary_dir` (model, optimizer, scheduler, scaler, RNG, state);
+        the RNG file into `rng_dir` when given."""
+        self.save_model(temporary_dir, _internal_call=True)
+        if not self.args.save_only_model:
+            self._save_optimizer_and_scheduler(temporary_dir)
+            self._save_scaler(temporary_dir)
+            self._save_rng_state(rng_dir or temporary_dir)
+        if self.args.should_save:
+            self._save_trainer_state(temporary_dir)
+
+    def _commit_checkpoint_folder(self, temporary_dir: str, final_dir: str, token: str) -> None:
+        """Make the written files durable, write the completion marker, rename the folder into place."""
+        reach("fsync")
+        fsync_tree(temporary_dir)
+        reach("marker")
+        write_complete_marker(temporary_dir, self.state.global_step)
+        commit_checkpoint(temporary_dir, final_dir, token)
+
+    def _push_checkpoint(self, final_dir: str) -> None:
+        """Push the committed checkpoint when `push_to_hub` is set."""
         if self.args.push_to_hub:
             self._push_from_checkpoint(final_dir)  # integrations/hub.py (world process zero only)
-        if should_save:
-            # Scratch of killed saves first, so a restored aside folder takes part in the rotation.
-            clean_scratch_folders(run_dir, token)
-            reach("rotate")
-            rotate_checkpoints(
-                run_dir,
-                self.args.save_total_limit,
-                self.state.best_model_checkpoint,
-                newest=final_dir,
-                token=token,
-            )
+
+    def _rotate_after_save(self, run_dir: str, final_dir: str, token: str) -> None:
+        """After a commit: tidy other saves' scratch folders, then delete checkpoints beyond the limit."""
+        # Scratch of killed saves first, so a restored aside folder takes part in the rotation.
+        clean_scratch_folders(run_dir, token)
+        reach("rotate")
+        rotate_checkpoints(
+            run_dir,
+            self.args.save_total_limit,
+            self.state.best_model_checkpoint,
+            newest=final_dir,
+            token=token,
+        )
 
     def _update_best_model_checkpoint(self, run_dir: str, final_dir: str) -> None:
         # The reference sets the path once the best step's folder exists; the folder being written now exists
@@ -277,6 +303,16 @@ class CheckpointMixin(MetricsIOMixin):
 
     def _save_rng_state(self, output_dir: str) -> None:
         """`rng_state.pth` (`rng_state_<rank>.pth` when distributed) with the reference's keys. Every process."""
+        import torch
+
+        rng_states = self._rng_states()
+        os.makedirs(output_dir, exist_ok=True)
+        reach("rng")
+        file_name = rng_state_file_name(self.args.world_size, self.args.process_index)
+        torch.save(rng_states, os.path.join(output_dir, file_name))
+
+    def _rng_states(self) -> dict[str, Any]:
+        """This process's Python, numpy, CPU (and CUDA) generator states, under the reference's keys."""
         import numpy as np
         import torch
 
@@ -290,12 +326,14 @@ class CheckpointMixin(MetricsIOMixin):
                 rng_states["cuda"] = torch.cuda.random.get_rng_state_all()
             else:
                 rng_states["cuda"] = torch.cuda.random.get_rng_state()
-        os.makedirs(output_dir, exist_ok=True)
-        reach("rng")
-        file_name = rng_state_file_name(self.args.world_size, self.args.process_index)
-        torch.save(rng_states, os.path.join(output_dir, file_name))
+        return rng_states
 
     def _save_trainer_state(self, output_dir: str) -> None:
+        self._refresh_stateful_callbacks()
+        reach("trainer_state")
+        self.state.save_to_json(os.path.join(output_dir, TRAINER_STATE_NAME))
+
+    def _refresh_stateful_callbacks(self) -> None:
         # Refresh every exportable callback's entry (and TrainerControl's) from its current state. Several
         # instances of one class are stored as a fresh list in callback order; the reference appends to the list
         # it loaded, so it grows at each save and a resume restores the oldest states (docs/divergences.md).
@@ -313,8 +351,6 @@ class CheckpointMixin(MetricsIOMixin):
             else:
                 current[name] = callback.state()
         self.state.stateful_callbacks = {**(self.state.stateful_callbacks or {}), **current}
-        reach("trainer_state")
-        self.state.save_to_json(os.path.join(output_dir, TRAINER_STATE_NAME))
 
     # ---- best metric and best model --------------------------------------------------------------------------
 

@@ -109,6 +109,8 @@ SAFE_LIGHTNING_OVERRIDES: dict[str, str] = {
     "enable_model_summary": "Lightning's model summary at fit start",
     "detect_anomaly": "torch.autograd anomaly detection",
     "default_root_dir": "where Lightning's own files go (translated from output_dir)",
+    "plugins": "only Lightning's AsyncCheckpointIO: checkpoints are written, fsynced and committed in a background "
+    "thread (hf_lightning/checkpoint/async_writes.py)",
 }
 
 # Keys the engine owns, with what to set instead.
@@ -118,7 +120,6 @@ REFUSED_LIGHTNING_OVERRIDES: dict[str, str] = {
     "devices": "launch with torchrun / CUDA_VISIBLE_DEVICES (the process layout comes from the launcher)",
     "num_nodes": "launch with torchrun (the process layout comes from the launcher)",
     "precision": "use TrainingArguments.bf16 / fp16",
-    "plugins": "use TrainingArguments.bf16 / fp16 / deepspeed",
     "max_steps": "use TrainingArguments.max_steps",
     "min_steps": "use TrainingArguments.max_steps (the run stops at the reference's step count)",
     "max_epochs": "use TrainingArguments.num_train_epochs",
@@ -166,14 +167,22 @@ def check_lightning_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
                 f"lightning.Trainer override {key!r} is not a lightning.Trainer argument hf_lightning accepts; "
                 f"allowed: {', '.join(SAFE_LIGHTNING_OVERRIDES)}."
             )
-    return dict(overrides)
+    checked = dict(overrides)
+    if "plugins" in checked:
+        from hf_lightning.checkpoint.async_writes import check_checkpoint_plugins
+
+        checked["plugins"] = check_checkpoint_plugins(checked["plugins"])
+    return checked
 
 
 def merge_lightning_overrides(kwargs: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """`kwargs` with the checked `overrides` merged last; `callbacks` are appended, every other key replaces."""
+    """`kwargs` with the checked `overrides` merged last; `callbacks` and `plugins` are appended, every other key
+    replaces."""
     merged = dict(kwargs)
     for key, value in check_lightning_overrides(overrides).items():
-        if key == "callbacks":
+        if key == "plugins":
+            merged["plugins"] = list(merged.get("plugins") or []) + list(value)
+        elif key == "callbacks":
             added = value if isinstance(value, (list, tuple)) else [value]
             merged["callbacks"] = list(merged.get("callbacks") or []) + list(added)
         else:
@@ -192,6 +201,8 @@ def explain_lightning_overrides(overrides: Mapping[str, Any], plan: Any = None) 
             effect = "added after the engine's callbacks"
         elif key == "logger":
             effect = "replaces the loggers translated from report_to"
+        elif key == "plugins":
+            effect = "checkpoints written in a background thread"
         else:
             effect = (
                 f"replaces the translated {translated.get(key)!r}"

@@ -91,6 +91,8 @@ class TrainingRun:
         # The trial's parameters go onto `args` after model_init (which sees the previous trial's args, as the
         # reference's) and may change the seed, batch size and plan used from here on.
         trainer._hp_search_setup(self.trial)
+        # A background checkpoint write of an earlier train() is committed before any checkpoint is chosen.
+        self.checkpointing.wait_for_pending_write()
         try:
             with self.signals:
                 # Weights load before the optimizer exists, as the reference's train() does
@@ -183,6 +185,7 @@ class TrainingRun:
         lightning_trainer.callbacks.insert(0, callback)
         lightning_trainer.callbacks.insert(0, self.signals.lightning_callback())
         self.fitting = True
+        failed = True
         try:
             with engine_design_warnings_silenced():
                 try:
@@ -197,8 +200,11 @@ class TrainingRun:
             if not callback.started:
                 # Resumed from the final checkpoint: Lightning's loop had nothing to do and skipped on_train_start.
                 callback.on_train_start(lightning_trainer, module)
+            failed = False
         finally:
             self.fitting = False
+            # A background checkpoint write is committed (or its failure raised) before train() goes on.
+            self.checkpointing.wait_for_pending_write(raise_failure=not failed)
         return self._finalize()
 
     def _finalize(self) -> TrainOutput:

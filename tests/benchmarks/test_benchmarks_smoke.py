@@ -33,7 +33,7 @@ def smoke_report(tmp_path_factory) -> dict:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=420,
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     return json.loads(out.read_text())
@@ -48,10 +48,11 @@ def test_smoke_runs_every_workload_and_runner(smoke_report):
 def test_smoke_runners_did_the_same_work(smoke_report):
     assert smoke_report["step_count_problems"] == []
     agreement = {row["workload"]: row for row in smoke_report["loss_agreement"]}
-    assert set(agreement) == {"tiny", "cls", "clm", "eval"}
+    resumes = {f"resume:{kind}@{position}" for kind in ("map", "iterable") for position in SCALES["smoke"]["resume_positions"]}
+    assert set(agreement) == {"tiny", "cls", "clm", "eval", "ddp:cls", "ddp:clm"} | resumes
     for row in agreement.values():
         assert row["agree"], row
-        assert len(row["losses"]) == len(RUNNERS[row["workload"]])
+        assert len(row["losses"]) == len(RUNNERS[row["workload"].partition(":")[0]])
 
 
 def test_smoke_report_has_targets_ratios_and_imports(smoke_report):
@@ -69,6 +70,13 @@ def test_smoke_report_has_targets_ratios_and_imports(smoke_report):
         first, warm = ckpt[runner]["first_save_s"], ckpt[runner]["save_s"]
         assert first > 0 and warm > 0
         assert ckpt[runner]["save_without_fsync_s"] == pytest.approx(warm - ckpt[runner]["fsync_s"])
+    assert 0 < ckpt["hf_lightning"]["async_save_s"] and 0 < ckpt["hf_lightning"]["async_first_save_s"]
+    (ddp_ours,) = [r for r in smoke_report["results"] if r["workload"] == "ddp" and r["runner"] == "hf_lightning"]
+    assert ddp_ours["cls_steps"] == ddp_ours["cls_expected_steps"] and ddp_ours["clm_steps_per_s"] > 0
+    resume_ours = smoke_report["summary"]["resume"]["hf_lightning"]
+    assert resume_ours["map_growth"]["median"] > 0 and resume_ours["iterable_growth"]["median"] > 0
+    targets = {(t["workload"], t["metric"]): t for t in smoke_report["targets"]}
+    assert targets[("resume", "map_growth")]["twin_ratio"]["median"] > 0  # the reference's own growth beside ours
     statements = {row["statement"]: row for row in smoke_report["imports"]["statements"]}
     assert statements["import hf_lightning"]["imports_transformers"] is False
     assert "hf_lightning" in report.markdown_tables(smoke_report)

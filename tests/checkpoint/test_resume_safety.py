@@ -29,6 +29,7 @@ from hf_lightning.checkpoint.files import (
     SCHEDULER_NAME,
     TRAINING_ARGS_NAME,
     WEIGHTS_NAME,
+    is_complete_checkpoint,
 )
 from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.checkpoint.chosen_checkpoints import record_chosen_checkpoints
@@ -59,13 +60,17 @@ SETTINGS = dict(
 )
 
 
-def train(output_dir, *, resume=None, stop_at=None, model_seed=0) -> HFLightningTrainer:
+def train(output_dir, *, resume=None, stop_at=None, model_seed=0, asynchronous=False) -> HFLightningTrainer:
     trainer = HFLightningTrainer(
         model=DropoutMLP(model_seed),
         args=TrainingArguments(output_dir=str(output_dir), **SETTINGS),
         train_dataset=regression_data(10),
         callbacks=[StopAt(stop_at)] if stop_at is not None else [],
     )
+    if asynchronous:  # checkpoints written by a background thread (hf_lightning/checkpoint/async_writes.py)
+        from lightning.pytorch.plugins.io import AsyncCheckpointIO
+
+        trainer.lightning_trainer_overrides = {"plugins": [AsyncCheckpointIO()]}
     trainer.train(resume_from_checkpoint=resume)
     return trainer
 
@@ -232,7 +237,7 @@ KILL_POINTS = (
 CHILD_TIMEOUT_S = 60
 
 
-def killed_child(run_dir, kill_at: str) -> int:
+def killed_child(run_dir, kill_at: str, asynchronous: bool = False) -> int:
     """Train from scratch in a forked child that SIGKILLs itself at `kill_at`; returns its wait status."""
     child = os.fork()
     if child == 0:  # pragma: no cover - runs in the child
@@ -241,7 +246,7 @@ def killed_child(run_dir, kill_at: str) -> int:
             # it forever. One thread gives the same results on these tiny tensors.
             torch.set_num_threads(1)
             os.environ[KILL_AT_ENV] = kill_at
-            train(run_dir)
+            train(run_dir, asynchronous=asynchronous)
         finally:
             os._exit(0)  # reached only when the kill point was not
     deadline = time.monotonic() + CHILD_TIMEOUT_S
@@ -263,6 +268,37 @@ def test_kill_at_any_named_point_then_resume_is_bit_identical(tmp_path, straight
         status = killed_child(run_dir, kill_at)
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"{kill_at} was not reached"
         resumed = train(run_dir, resume=True, model_seed=7)
+        assert resumed.state.global_step == 8, kill_at
+        assert_bit_identical(weights(resumed), weights(straight))
+        assert step_logs(resumed) == step_logs(straight), kill_at
+        assert not [name for name in os.listdir(run_dir) if name.startswith(".")], kill_at
+        shutil.rmtree(run_dir)
+
+
+# With AsyncCheckpointIO the save points are reached by the writer thread while training goes on; `snapshot` and
+# `wait_pending` by the training thread (the copy of a save; the next save, or the end of train(), waiting).
+ASYNC_KILL_POINTS = [f"{point}#2" for point in ("snapshot", "write_begin") + SAVE_POINTS_OF_A_RUN + ("rename", "rotate")] + [
+    "wait_pending#2",
+    "wait_pending#4",
+    "write_begin#4",
+    "marker#4",
+    "rotate#4",
+]
+
+
+@pytest.mark.slow
+def test_kill_during_a_background_write_then_resume_is_bit_identical(tmp_path, straight):
+    """A kill while the writer thread is writing leaves the previous checkpoint valid; the resume is exact."""
+    for kill_at in ASYNC_KILL_POINTS:
+        run_dir = tmp_path / kill_at.replace(":", "-").replace("#", "-")
+        status = killed_child(run_dir, kill_at, asynchronous=True)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"{kill_at} was not reached"
+        committed = sorted(name for name in os.listdir(run_dir) if name.startswith("checkpoint-"))
+        if kill_at in ("write_begin#2", "model#2", "marker#2", "rename#2"):
+            # The step-4 save had not committed: the step-2 checkpoint is there and complete.
+            assert committed == ["checkpoint-2"], kill_at
+        assert all(is_complete_checkpoint(str(run_dir / name)) for name in committed), kill_at
+        resumed = train(run_dir, resume=True, model_seed=7, asynchronous=True)
         assert resumed.state.global_step == 8, kill_at
         assert_bit_identical(weights(resumed), weights(straight))
         assert step_logs(resumed) == step_logs(straight), kill_at

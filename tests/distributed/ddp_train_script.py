@@ -59,6 +59,15 @@ def main(side: str, out_dir: str) -> None:
         trainer = trainer_cls(model=make_model(), args=args, train_dataset=make_data(14))
         trainer.train()
         results[name] = _summary(trainer, kwargs["output_dir"])
+        if name == "bert_checkpoints" and side == "ours":
+            # The same run with background checkpoint writes: each rank writes its part in its writer thread.
+            from lightning.pytorch.plugins.io import AsyncCheckpointIO
+
+            async_kwargs = {**kwargs, "output_dir": os.path.join(out_dir, side, "bert_checkpoints_async")}
+            background = trainer_cls(model=make_model(), args=type(args)(**async_kwargs), train_dataset=make_data(14))
+            background.lightning_trainer_overrides = {"plugins": [AsyncCheckpointIO()]}
+            background.train()
+            results["bert_checkpoints_async"] = _summary(background, async_kwargs["output_dir"])
         if name == "bert_checkpoints":
             # Resume under DDP from the mid-epoch checkpoint of this run, into a fresh output folder.
             kwargs["output_dir"] = os.path.join(out_dir, side, "bert_resume")

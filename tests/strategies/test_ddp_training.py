@@ -34,6 +34,11 @@ def _launch(side: str, out_dir: Path) -> dict:
 def test_two_process_ddp_matches_reference(tmp_path):
     reference, ours = _launch("ref", tmp_path), _launch("ours", tmp_path)
     assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(ours["bert_checkpoints"]["checkpoints"]["checkpoint-2"])
+    # Background checkpoint writes (AsyncCheckpointIO) under DDP: the same folders, files and training.
+    background, synchronous = ours.pop("bert_checkpoints_async"), ours["bert_checkpoints"]
+    assert background["checkpoints"] == synchronous["checkpoints"]
+    assert background["weights"] == synchronous["weights"]
+    assert [e.get("loss") for e in background["log_history"]] == [e.get("loss") for e in synchronous["log_history"]]
     for name in reference:
         ref_history, our_history = reference[name]["log_history"], ours[name]["log_history"]
         assert [e["step"] for e in our_history] == [e["step"] for e in ref_history], name

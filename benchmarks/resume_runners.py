@@ -1,0 +1,114 @@
+"""The `resume` workload: the cost of resuming mid-epoch as the position in the epoch grows.
+
+One short `tiny` run (batch 4) writes a checkpoint at step 2; for each position P of the scale (10, 1,000 and
+10,000 batches at quick / full size), a copy of it gets `global_step = P` in its `trainer_state.json`, and a new
+trainer resumes from it with `max_steps = P + 1`, on a map-style dataset (seeded shuffling sampler) and on an
+iterable one (the same examples in order) of more than P + 1 batches. Measured: the time from
+`train(resume_from_checkpoint=...)` to the end of the first update (`on_step_end`), per position and kind:
+`<kind>_first_update_s@P`, and `<kind>_growth` = the time at the largest position / the time at the smallest
+(flat: close to 1). The reference skips a map-style epoch's batches by index and replays an iterable one batch by
+batch. `<kind>_final_loss@P`, the probe loss after each resume, is the agreement check (rows `resume:<kind>@P`):
+both libraries resume the same checkpoint and make the same update.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import IterableDataset
+
+from benchmarks.timing import StepClock
+from benchmarks.workloads import TensorDictDataset, Workload, _regression_dataset, probe_loss
+
+KINDS = ("map", "iterable")
+
+
+class InOrderIterable(IterableDataset):
+    """The examples of a `TensorDictDataset`, in order, as an iterable dataset (no length)."""
+
+    def __init__(self, dataset: TensorDictDataset):
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        for index in range(len(self.dataset)):
+            yield self.dataset[index]
+
+
+def _set_global_step(checkpoint: str, step: int) -> None:
+    path = os.path.join(checkpoint, "trainer_state.json")
+    with open(path, encoding="utf-8") as handle:
+        state = json.load(handle)
+    state["global_step"] = step
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(state, handle, indent=2, sort_keys=True)
+
+
+def _run_resume(workload: Workload, output_dir: str, trainer_cls: type, args_cls: type, callback_base: type):
+    positions = workload.extra["positions"]
+    num_examples = workload.batch_size * (max(positions) + 2)
+    dataset = _regression_dataset(num_examples, 42)
+    marks: dict[str, float] = {}
+
+    class FirstUpdate(callback_base):
+        def on_step_end(self, args, state, control, **kwargs):
+            marks.setdefault("first_update", time.perf_counter())
+
+    def make(run_dir: str, train_dataset: Any, max_steps: int, save: bool) -> Any:
+        args = {**workload.trainer_args(run_dir), "max_steps": max_steps}
+        if save:
+            args.update(save_strategy="steps", save_steps=2)
+        return trainer_cls(
+            model=workload.seeded_model(),
+            args=args_cls(**args),
+            train_dataset=train_dataset,
+            callbacks=[FirstUpdate()],
+        )
+
+    source_dir = os.path.join(output_dir, "source")
+    make(source_dir, dataset, 2, save=True).train()
+    source = os.path.join(source_dir, "checkpoint-2")
+    result: dict[str, Any] = {}
+    for kind in KINDS:
+        times = {}
+        for position in positions:
+            run_dir = os.path.join(output_dir, f"{kind}-{position}")
+            checkpoint = os.path.join(run_dir, f"checkpoint-{position}")
+            shutil.copytree(source, checkpoint)
+            _set_global_step(checkpoint, position)
+            train_dataset = dataset if kind == "map" else InOrderIterable(dataset)
+            trainer = make(run_dir, train_dataset, position + 1, save=False)
+            marks.clear()
+            start = time.perf_counter()
+            trainer.train(resume_from_checkpoint=checkpoint)
+            times[position] = marks["first_update"] - start
+            result[f"{kind}_first_update_s@{position}"] = times[position]
+            result[f"{kind}_final_loss@{position}"] = probe_loss(trainer.model, workload)
+            shutil.rmtree(run_dir, ignore_errors=True)
+        result[f"{kind}_growth"] = times[max(positions)] / times[min(positions)]
+    return result
+
+
+def run_transformers_resume(workload: Workload, clock: StepClock, output_dir: str) -> dict[str, Any]:
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    clock.imports_done()
+    return _run_resume(workload, output_dir, Trainer, TrainingArguments, TrainerCallback)
+
+
+def run_hf_lightning_resume(workload: Workload, clock: StepClock, output_dir: str) -> dict[str, Any]:
+    from hf_lightning import Trainer, TrainerCallback, TrainingArguments
+
+    clock.imports_done()
+    return _run_resume(workload, output_dir, Trainer, TrainingArguments, TrainerCallback)
+
+
+RESUME_RUNNERS: dict[str, Callable[[Workload, StepClock, str], dict[str, Any]]] = {
+    "transformers": run_transformers_resume,
+    "hf_lightning": run_hf_lightning_resume,
+}

@@ -1,0 +1,366 @@
+"""Asynchronous checkpoint writes, opted into with Lightning's `AsyncCheckpointIO` plugin.
+
+`lightning_trainer_overrides={"plugins": [AsyncCheckpointIO()]}` (or the YAML `trainer: plugins:` section) turns
+them on. A save then blocks training only while the state is copied off the device (model and optimizer tensors
+into CPU memory, scheduler, scaler, RNG and trainer state as they are at that step); one background thread
+writes the files from that copy, fsyncs them, writes the completion marker, renames the folder into place and
+rotates old checkpoints, the same atomic protocol and code as a synchronous save (`checkpoint/saving.py`). A second
+save waits for the first; `train()` waits for a pending write before it resumes and before it returns, and
+re-raises a failed write there. `on_save` fires once the copy is taken, before the folder is committed. Under DDP
+every rank writes its own part (its RNG file) in its thread; the ranks then agree over a gloo group of their own
+that every part is durable before the saving rank commits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import os
+import threading
+import types
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hf_lightning.checkpoint.files import reach, rng_state_file_name
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ASYNC_SAVE_POINTS",
+    "BackgroundCheckpointWriter",
+    "PendingSave",
+    "background_writer_for",
+    "check_checkpoint_plugins",
+    "wait_for_checkpoint_writes",
+]
+
+# Named points of an asynchronous save, besides the save points every save passes (`files.SAVE_POINTS`, which the
+# background thread reaches): the copy is taken (training thread), the background write begins (writer thread), the
+# training thread starts waiting for a pending write (the next save, a resume, the end of train()).
+ASYNC_SAVE_POINTS = ("snapshot", "write_begin", "wait_pending")
+
+_PLUGINS_FIX = (
+    "lightning_trainer_overrides['plugins'] accepts only Lightning's AsyncCheckpointIO "
+    "(lightning.pytorch.plugins.io.AsyncCheckpointIO) for background checkpoint writes; precision comes from "
+    "TrainingArguments.bf16 / fp16 and the strategy from ddp_backend / fsdp / deepspeed"
+)
+
+
+def _async_checkpoint_io_class() -> type:
+    from lightning.pytorch.plugins.io import AsyncCheckpointIO
+
+    return AsyncCheckpointIO
+
+
+def _is_async_plugin_config(entry: Mapping) -> bool:
+    """A YAML `{class_path: ...}` entry naming `AsyncCheckpointIO` or a subclass (checked before instantiation)."""
+    import importlib
+
+    class_path = entry.get("class_path")
+    if not isinstance(class_path, str):
+        return False
+    module_name, _, class_name = class_path.rpartition(".")
+    if not module_name:
+        module_name = "lightning.pytorch.plugins.io"
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return isinstance(cls, type) and issubclass(cls, _async_checkpoint_io_class())
+
+
+def check_checkpoint_plugins(plugins: Any) -> list[Any]:
+    """`plugins` as a list after checking each entry is an `AsyncCheckpointIO` (or a YAML entry naming one)."""
+    entries = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+    async_io = _async_checkpoint_io_class()
+    for entry in entries:
+        if isinstance(entry, async_io):
+            continue
+        if isinstance(entry, Mapping) and _is_async_plugin_config(entry):
+            continue
+        raise ValueError(f"lightning.Trainer override 'plugins' got {entry!r}: {_PLUGINS_FIX}.")
+    return entries
+
+
+def async_writes_enabled(lightning_trainer: Any) -> bool:
+    """Whether the Lightning trainer's checkpoint IO is an `AsyncCheckpointIO` (the opt-in)."""
+    strategy = getattr(lightning_trainer, "strategy", None)
+    if strategy is None:
+        return False
+    return isinstance(getattr(strategy, "checkpoint_io", None), _async_checkpoint_io_class())
+
+
+# ---- the copy off the device ---------------------------------------------------------------------------------
+
+
+def copy_state(value: Any, memo: dict | None = None) -> Any:
+    """A point-in-time CPU copy of a (nested) state dict: tensors copied, tensors sharing storage still share."""
+    import torch
+
+    memo = {} if memo is None else memo
+    if isinstance(value, torch.Tensor):
+        return _copy_tensor(value, memo)
+    if isinstance(value, dict):
+        copied = type(value)() if type(value) is not dict else {}
+        for key, item in value.items():
+            copied[key] = copy_state(item, memo)
+        metadata = getattr(value, "_metadata", None)
+        if metadata is not None:
+            copied._metadata = copy.deepcopy(metadata)
+        return copied
+    if isinstance(value, list):
+        return [copy_state(item, memo) for item in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(copy_state(item, memo) for item in value)
+    return copy.deepcopy(value)
+
+
+def _copy_tensor(tensor: Any, memo: dict) -> Any:
+    import torch
+
+    tensor = tensor.detach()
+    try:
+        storage = tensor.untyped_storage()
+        key = (tensor.device, storage.data_ptr(), storage.nbytes())
+        if key not in memo:
+            memo[key] = storage.clone() if tensor.device.type == "cpu" else storage.cpu()
+        copied = torch.empty(0, dtype=tensor.dtype)
+        return copied.set_(memo[key], tensor.storage_offset(), tensor.size(), tensor.stride())
+    except (RuntimeError, NotImplementedError, TypeError):  # sparse, quantised or wrapper tensors
+        return tensor.to("cpu", copy=True)
+
+
+class _StateDictCopy:
+    """Stands for an optimizer / scheduler / scaler in the writer thread: `state_dict()` is the copy."""
+
+    def __init__(self, state: Any):
+        self._state = state
+
+    def state_dict(self) -> Any:
+        return self._state
+
+
+class _ModelCopy:
+    """Stands for the model in the writer thread: its `state_dict()` is the copy, and `save_pretrained` saves it."""
+
+    def __init__(self, model: Any, state: Any):
+        self._model = model
+        self._state = state
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self._state
+
+    def save_pretrained(self, save_directory: str, *args: Any, state_dict: Any = None, **kwargs: Any) -> Any:
+        state = self._state if state_dict is None else state_dict
+        return self._model.save_pretrained(save_directory, *args, state_dict=state, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
+class _FacadeCopy:
+    """The facade as it was at the save: the copied objects in place of the live ones, the facade's methods bound
+    to this object, everything else read from the facade (arguments, processing class, collator)."""
+
+    def __init__(self, facade: Any, replaced: dict[str, Any]):
+        self.__dict__["_facade"] = facade
+        self.__dict__.update(replaced)
+
+    def __getattr__(self, name: str) -> Any:
+        import inspect
+
+        facade = self.__dict__["_facade"]
+        try:
+            attribute = inspect.getattr_static(type(facade), name)
+        except AttributeError:
+            return getattr(facade, name)
+        if isinstance(attribute, types.FunctionType):
+            return types.MethodType(attribute, self)
+        return getattr(facade, name)
+
+
+def snapshot_for_writing(facade: Any) -> _FacadeCopy:
+    """Copy, on the training thread, everything a checkpoint holds as it is now."""
+    args = facade.args
+    replaced: dict[str, Any] = {}
+    should_save = args.should_save
+    model_state = copy_state(facade.model.state_dict()) if should_save else None
+    replaced["model"] = _ModelCopy(facade.model, model_state)
+    if should_save and not args.save_only_model:
+        replaced["optimizer"] = _StateDictCopy(copy_state(facade.optimizer.state_dict()))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
+            replaced["lr_scheduler"] = _StateDictCopy(copy_state(facade.lr_scheduler.state_dict()))
+    lightning_trainer = getattr(facade, "lightning_trainer", None)
+    scaler = getattr(getattr(lightning_trainer, "precision_plugin", None), "scaler", None)
+    scaler_copy = _StateDictCopy(copy_state(scaler.state_dict())) if scaler is not None else None
+    replaced["lightning_trainer"] = types.SimpleNamespace(
+        precision_plugin=types.SimpleNamespace(scaler=scaler_copy)
+    )
+    rng_states = facade._rng_states()
+    replaced["_rng_states"] = lambda: rng_states
+    if should_save:
+        facade._refresh_stateful_callbacks()
+    replaced["state"] = copy.deepcopy(facade.state)
+    replaced["_refresh_stateful_callbacks"] = lambda: None
+    return _FacadeCopy(facade, replaced)
+
+
+# ---- the background writer -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PendingSave:
+    """Where one save writes and commits, decided on the training thread."""
+
+    run_dir: str
+    final_dir: str
+    temporary_dir: str
+    token: str
+    previous_best: str | None
+
+
+class BackgroundCheckpointWriter:
+    """One background thread writing one checkpoint at a time; `wait()` joins it and re-raises its failure."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._pending: tuple[Any, PendingSave] | None = None
+        self._group: Any = None
+
+    @property
+    def pending(self) -> bool:
+        """Whether a write was started and not yet waited for."""
+        return self._thread is not None
+
+    def submit(self, facade: Any, save: PendingSave) -> None:
+        """Copy the state now and write it in the background (after the previous write, waited for). All ranks."""
+        if getattr(facade, "is_deepspeed_enabled", False) or getattr(facade, "is_fsdp_enabled", False):
+            raise ValueError(
+                "AsyncCheckpointIO in lightning_trainer_overrides['plugins'] supports single-process and DDP "
+                "runs; DeepSpeed and FSDP checkpoints gather across ranks while saving. Remove the plugin."
+            )
+        self.wait()
+        group = self._rank_group()
+        view = snapshot_for_writing(facade)
+        reach("snapshot")
+        self._pending = (facade, save)
+        self._thread = threading.Thread(
+            target=self._write, args=(view, save, group), name="hf_lightning-checkpoint-writer"
+        )
+        self._thread.start()
+        if facade.args.push_to_hub:
+            # The push reads the committed folder: wait for it, then push from the training thread.
+            self.wait()
+            facade._push_checkpoint(save.final_dir)
+
+    def wait(self) -> None:
+        """Block until the pending write (if any) is committed; re-raise its failure on this thread."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        reach("wait_pending")
+        thread.join()
+        pending, self._pending = self._pending, None
+        failure, self._failure = self._failure, None
+        if failure is None:
+            return
+        facade, save = pending
+        if facade.state.best_model_checkpoint == save.final_dir:
+            facade.state.best_model_checkpoint = save.previous_best
+        raise RuntimeError(f"The background write of {save.final_dir} failed: {failure!r}") from failure
+
+    def _rank_group(self) -> Any:
+        """A gloo group of all ranks for the writers' own agreement (created once, on the training thread)."""
+        from hf_lightning.strategies.distributed import is_distributed
+
+        if not is_distributed():
+            return None
+        if self._group is None:
+            import torch.distributed as dist
+
+            self._group = dist.new_group(backend="gloo")
+        return self._group
+
+    def _write(self, view: Any, save: PendingSave, group: Any) -> None:
+        from hf_lightning.checkpoint.files import clean_scratch_folders
+
+        should_save = view.args.should_save
+        try:
+            reach("write_begin")
+            ok = True
+            try:
+                view._write_checkpoint_files(save.temporary_dir)
+                if not should_save:
+                    own = os.path.join(
+                        save.temporary_dir, rng_state_file_name(view.args.world_size, view.args.process_index)
+                    )
+                    if os.path.exists(own):
+                        _fsync_file(own)
+            except BaseException:
+                ok = False
+                raise
+            finally:
+                if group is not None:
+                    ok = _all_ranks_agree(ok, group) and ok
+            if not ok:
+                raise RuntimeError("another rank failed to write its part of the checkpoint")
+            if should_save:
+                view._commit_checkpoint_folder(save.temporary_dir, save.final_dir, save.token)
+                view._rotate_after_save(save.run_dir, save.final_dir, save.token)
+        except BaseException as failure:  # re-raised on the training thread by wait()
+            self._failure = failure
+            if should_save:
+                with contextlib.suppress(OSError):
+                    clean_scratch_folders(save.run_dir, token="")
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _all_ranks_agree(ok: bool, group: Any) -> bool:
+    """True when every rank's part was written (a MIN all-reduce over the writers' gloo group)."""
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(flag.item())
+
+
+def background_writer_for(facade: Any) -> BackgroundCheckpointWriter | None:
+    """The facade's background writer when this `train()` runs with `AsyncCheckpointIO`, else None."""
+    run = getattr(facade, "_training_run", None)
+    if run is None or not getattr(run, "fitting", False):
+        return None
+    if not async_writes_enabled(getattr(run, "lightning_trainer", None)):
+        return None
+    writer = facade.__dict__.get("_background_checkpoint_writer")
+    if writer is None:
+        writer = facade.__dict__["_background_checkpoint_writer"] = BackgroundCheckpointWriter()
+    return writer
+
+
+def wait_for_checkpoint_writes(facade: Any, raise_failure: bool = True) -> None:
+    """Block until the facade's pending background write is committed (no-op without one).
+
+    `raise_failure=False` (an error is already propagating) logs a failed write instead of raising it.
+    """
+    writer = facade.__dict__.get("_background_checkpoint_writer")
+    if writer is None:
+        return
+    try:
+        writer.wait()
+    except Exception:
+        if raise_failure:
+            raise
+        logger.exception("A background checkpoint write failed while training was ending with an error.")
