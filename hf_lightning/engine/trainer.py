@@ -351,6 +351,7 @@ class HFLightningTrainer(
             process_index=self.args.process_index,
             batch_size=self._train_batch_size,
             settings=self.plan.module,
+            columns=self._kept_columns(),
         )
 
     def get_eval_dataloader(self, eval_dataset: str | Dataset | None = None) -> DataLoader:
@@ -386,7 +387,20 @@ class HFLightningTrainer(
             process_index=self.args.process_index,
             description=description,
             settings=self.plan.module,
+            columns=self._kept_columns(),
         )
+
+    def _set_signature_columns_if_needed(self) -> None:
+        """Set `_signature_columns` (the columns column removal keeps) from the model's forward, if not set."""
+        if self._signature_columns is None:
+            self._signature_columns = data_layer.signature_columns(self.model, self.label_names)
+
+    def _kept_columns(self) -> list[str] | None:
+        """The columns column removal keeps: `_signature_columns`, set (overridably) on first use."""
+        if not self.args.remove_unused_columns:
+            return None
+        self._set_signature_columns_if_needed()
+        return self._signature_columns
 
     def _current_loggers(self) -> list[Any]:
         """The Lightning loggers a log goes to: the last fit's or, before any `train()`, the plan's, built at the
