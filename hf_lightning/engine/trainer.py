@@ -37,6 +37,7 @@ from hf_lightning.checkpoint.model_card import ModelCardMixin
 from hf_lightning.checkpoint.saving import CheckpointMixin
 from hf_lightning.data.collate import pick_default_collator
 from hf_lightning.data.sized import has_length
+from hf_lightning.engine.accelerator import LightningAccelerator
 from hf_lightning.engine.loss import (
     LabelSmoother,
     loss_shifts_labels,
@@ -96,6 +97,8 @@ class HFLightningTrainer(
         self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
         self._memory_tracker.start(stage="init")
         self.lightning_trainer = None
+        # accelerate's surface for subclasses (TRL reads it in __init__): the launcher's processes until train().
+        self.accelerator = LightningAccelerator(self)
         self._loggers_before_training: list[Any] | None = None
         self.model = model
         self._set_process_log_level()
