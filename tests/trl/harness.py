@@ -55,7 +55,9 @@ def run(
 ) -> Run:
     """Train a fresh tiny model with `side`'s classes; `fields` override BASE_FIELDS."""
     trainer_cls, config_cls = classes(side, trainer, config)
-    args = config_cls(output_dir=str(out_dir), **{**BASE_FIELDS, **fields})
+    # A base field the config does not have (GRPOConfig has no max_length) is left out.
+    base = {k: v for k, v in BASE_FIELDS.items() if k in config_cls.__dataclass_fields__}
+    args = config_cls(output_dir=str(out_dir), **{**base, **fields})
     model = make_model() if model is None else model
     instance = trainer_cls(
         model=model, args=args, train_dataset=train_dataset, processing_class=make_tokenizer(),
