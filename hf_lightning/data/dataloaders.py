@@ -236,6 +236,11 @@ def _build_dataloader(
     return HFDataLoader(dataset, **params)
 
 
+def build_dataloader(dataset: Any, make_sampler: Callable[[Any], Sampler | None], **kwargs: Any) -> HFDataLoader:
+    """A DataLoader from a sampler factory (the facade's `_get_dataloader`); keywords as `_build_dataloader`'s."""
+    return _build_dataloader(dataset, make_sampler, **kwargs)
+
+
 def build_train_dataloader(
     dataset: Any,
     *,

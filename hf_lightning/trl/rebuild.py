@@ -33,8 +33,8 @@ _NEVER_COPIED = frozenset({"__dict__", "__weakref__"})
 class _Rebuilder:
     """One rebuild: the replacement map and the copied module globals it shares between classes."""
 
-    def __init__(self, replacements: Mapping[type, type], module: str) -> None:
-        self.replacements: dict[type, type] = dict(replacements)
+    def __init__(self, replacements: Mapping[Any, Any], module: str) -> None:
+        self.replacements: dict[Any, Any] = dict(replacements)
         self.module = module
         self._globals: dict[int, dict[str, Any]] = {}
 
@@ -50,7 +50,7 @@ class _Rebuilder:
         """Bind every replaced class, under every name a copied module knows it by, to its replacement."""
         for copied in self._globals.values():
             for name, value in list(copied.items()):
-                if isinstance(value, type) and value in self.replacements:
+                if isinstance(value, (type, types.FunctionType)) and value in self.replacements:
                     copied[name] = self.replacements[value]
 
     def function(self, func: types.FunctionType, cell: types.CellType) -> types.FunctionType:
@@ -123,9 +123,12 @@ def _field_copy(original: dataclasses.Field) -> Any:
 
 
 def rebuild_classes(
-    classes: Iterable[type], replacements: Mapping[type, type], module: str
+    classes: Iterable[type], replacements: Mapping[Any, Any], module: str
 ) -> dict[str, type]:
     """Rebuild `classes` (each after the bases it needs) with `replacements` for their bases; name -> class.
+
+    `replacements` maps classes (bases, and names the methods' globals bind) and module-level functions the
+    methods call to what the rebuilt methods see instead.
 
     `classes` lists every class of the chains to rebuild, from the class just above a replaced base down to the
     public class, e.g. `[_BaseTrainer, SFTTrainer]` with `{transformers.Trainer: hf_lightning.Trainer}`."""
@@ -140,8 +143,8 @@ def rebuild_classes(
     return built
 
 
-def _needs_rebuild(base: type, replacements: Mapping[type, type]) -> bool:
+def _needs_rebuild(base: type, replacements: Mapping[Any, Any]) -> bool:
     """Whether `base` derives from a replaced class but was not rebuilt itself."""
     if base in replacements:
         return False
-    return any(issubclass(base, original) for original in replacements)
+    return any(isinstance(original, type) and issubclass(base, original) for original in replacements)

@@ -15,7 +15,7 @@ from tests.trl.tiny import make_model, make_tokenizer
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 # Wall-clock values differ between any two runs.
-_TIMING_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
+_TIMING_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "step_time")
 # Ours holds one more file per checkpoint, the completion marker of the atomic save (docs/divergences.md).
 _OUR_MARKER = "hf_lightning_complete.json"
 
