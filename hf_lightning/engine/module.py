@@ -63,7 +63,9 @@ def _is_plain_batch_transfer(module: pl.LightningModule) -> bool:
 # Plain attributes set on every step: Lightning's current-hook name (set and restored around each hook) and
 # ours. `nn.Module.__setattr__` would look each one up among parameters, buffers and submodules first; none of
 # them is ever one of those, so the lookup can only end in `object.__setattr__`.
-_PLAIN_STEP_ATTRIBUTES = frozenset({"_current_fx_name", "_micro_batch_index", "sync_gradients"})
+_PLAIN_STEP_ATTRIBUTES = frozenset(
+    {"_current_fx_name", "_micro_batch_index", "sync_gradients", "end_of_dataloader"}
+)
 
 
 class HFLightningModule(pl.LightningModule):
@@ -85,6 +87,9 @@ class HFLightningModule(pl.LightningModule):
         self._update_dispatch = UpdateDispatch()
         # Whether this micro-batch closes the window (accelerate's `sync_gradients`; DeepSpeed reads it).
         self.sync_gradients = True
+        # Whether the epoch's last batch has been drawn (accelerate's `gradient_state.end_of_dataloader`: true for
+        # every micro-batch of the window that holds it, until the next epoch starts).
+        self.end_of_dataloader = False
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _PLAIN_STEP_ATTRIBUTES:
@@ -125,6 +130,7 @@ class HFLightningModule(pl.LightningModule):
     # ---- epochs -----------------------------------------------------------------------------
     def on_train_epoch_start(self) -> None:
         self._micro_batch_index = -1
+        self.end_of_dataloader = False
         self.facade._on_epoch_begin(self.current_epoch)
         # The resumed epoch continues after the micro-batches already trained on (hf_lightning/checkpoint/resume.py).
         self._micro_batch_index = self._run.resume.enter_epoch(self.current_epoch)
@@ -166,6 +172,9 @@ class HFLightningModule(pl.LightningModule):
         )
         batch_samples, num_items_in_batch = facade.get_batch_samples(epoch_iterator, num_batches, self.device)
         run.resume.sync_rng_after_first_window()
+        steps_in_epoch = run.values.steps_in_epoch
+        if steps_in_epoch > 0 and self._micro_batch_index + 1 + len(batch_samples) >= steps_in_epoch:
+            self.end_of_dataloader = True
         run.updates_done_in_epoch += 1
         facade.current_gradient_accumulation_steps = len(batch_samples)
         model = facade.model_wrapped

@@ -62,6 +62,7 @@ class EvaluationMixin:
     # batch holds (-1: unknown). Read by `_gather_for_metrics`.
     _eval_on_last_batch: bool = False
     _eval_last_batch_remainder: int = -1
+    _eval_in_loop: bool = False  # True while `evaluation_loop` iterates (trainer.accelerator.gradient_state)
 
     # ----------------------------------------------------------------------------------------------------
     # public API
@@ -199,6 +200,8 @@ class EvaluationMixin:
         keep_results = not args.batch_eval_metrics or description == "Prediction"
 
         self._eval_on_last_batch = False
+        # `trainer.accelerator.gradient_state` reports this loop's dataloader while it runs.
+        self._eval_in_loop = True
         try:
             with autocast_forward(model, args.device.type, self._mixed_precision_dtype()):
                 for step, (inputs, is_last_batch) in enumerate(iterate_with_last_flag(dataloader)):
@@ -277,6 +280,7 @@ class EvaluationMixin:
                         empty_device_cache()
         finally:
             self._gather_drops_padding = True
+            self._eval_in_loop = False
             self._eval_on_last_batch = False
             self._eval_last_batch_remainder = -1
 

@@ -14,6 +14,7 @@ ADDED_BY_TRAIN = {
     "_model_is_prepared",  # across runs: an evaluate() after training reports no model preparation time
     "_lightning_trainer_overrides",  # the `lightning_trainer_overrides` property's store, made at first read
     # evaluate()'s own per-call state (evaluation/loop.py), set by every evaluation, in train() or not
+    "_eval_in_loop",  # read by trainer.accelerator.gradient_state while the loop runs
     "_eval_on_last_batch",
     "_eval_last_batch_remainder",
     "_gather_drops_padding",

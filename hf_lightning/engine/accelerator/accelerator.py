@@ -21,16 +21,24 @@ from torch import nn
 
 from hf_lightning.engine.accelerator import collectives
 from hf_lightning.engine.accelerator import state as run_state
-from hf_lightning.engine.accelerator.state import AcceleratorStateView, DistributedType, GradientStateView
+from hf_lightning.engine.accelerator.state import (
+    AcceleratorStateView,
+    DataLoaderConfigView,
+    DistributedType,
+    GradientStateView,
+)
 from hf_lightning.engine.protocols import TrainerLike
 
+_NO_COMPOSABLE_PARALLELISM = (
+    "composable parallelism (parallelism_config: context / tensor / pipeline parallel meshes) is not supported; "
+    "use process_index / num_processes (data parallel over every process)"
+)
 # accelerate's names that Lightning's engine carries out itself: what to use instead.
 _OWNED_BY_THE_ENGINE = {
     "accumulate": "set TrainingArguments.gradient_accumulation_steps; the run accumulates and syncs the window",
     "prepare_optimizer": "pass the optimizer through Trainer(optimizers=...) or override create_optimizer(); "
     "Lightning's strategy sets it up in train()",
     "prepare_scheduler": "pass the scheduler through Trainer(optimizers=...) or override create_scheduler()",
-    "prepare_data_loader": "override get_train_dataloader() / get_eval_dataloader(); the trainer shards them",
     "save_state": "use save_strategy / trainer.save_model(); train(resume_from_checkpoint=...) restores a run",
     "load_state": "use train(resume_from_checkpoint=...)",
     "save_model": "use trainer.save_model(output_dir)",
@@ -46,6 +54,22 @@ _OWNED_BY_THE_ENGINE = {
     "check_trigger": "set control.should_training_stop in a TrainerCallback",
     "profile": "pass a Lightning profiler through trainer.lightning_trainer_overrides['profiler']",
     "unscale_gradients": "the run unscales fp16 gradients before clipping (max_grad_norm)",
+    "lomo_backward": "use optim='lomo' / 'adalomo' in TrainingArguments; the run calls the optimizer's backward",
+    "trigger_sync_in_backward": "the run all-reduces on the last micro-batch of each window (sync_each_batch: "
+    "every micro-batch)",
+    "register_save_state_pre_hook": "override save_model() or add a TrainerCallback's on_save",
+    "register_load_state_pre_hook": "add a TrainerCallback with state() (ExportableState)",
+    "maybe_context_parallel": "context parallelism is not supported; leave parallelism_config unset",
+    "project_dir": "read TrainingArguments.output_dir",
+    "logging_dir": "read TrainingArguments.logging_dir",
+    "save_iteration": "read trainer.state.global_step",
+    "data_parallel_rank": _NO_COMPOSABLE_PARALLELISM,
+    "data_parallel_shard_rank": _NO_COMPOSABLE_PARALLELISM,
+    "context_parallel_rank": _NO_COMPOSABLE_PARALLELISM,
+    "tensor_parallel_rank": _NO_COMPOSABLE_PARALLELISM,
+    "pipeline_parallel_rank": _NO_COMPOSABLE_PARALLELISM,
+    "deepspeed_ulysses_dl_adapter": _NO_COMPOSABLE_PARALLELISM,
+    "fp8_backend": "fp8 training is not supported; use bf16=True or fp16=True",
     "optimizer_step_was_skipped": "read trainer.state.global_step: a skipped fp16 step still counts as in the "
     "reference",
 }
@@ -58,6 +82,7 @@ class LightningAccelerator:
         self._trainer = trainer
         self.state = AcceleratorStateView(trainer)
         self.gradient_state = GradientStateView(trainer)
+        self.dataloader_config = DataLoaderConfigView(trainer)
 
     # ---- process facts ---------------------------------------------------------------------------------
     @property
@@ -124,6 +149,56 @@ class LightningAccelerator:
     def gradient_accumulation_steps(self) -> int:
         """1: the trainer accumulates (as the reference's accelerator is configured), not the accelerator."""
         return self.gradient_state.num_steps
+
+    @property
+    def split_batches(self) -> bool:
+        """accelerator_config's `split_batches`."""
+        return self.dataloader_config.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        """accelerator_config's `dispatch_batches`."""
+        return self.dataloader_config.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        """accelerator_config's `even_batches`."""
+        return self.dataloader_config.even_batches
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        """accelerator_config's `use_seedable_sampler`."""
+        return self.dataloader_config.use_seedable_sampler
+
+    @property
+    def non_blocking(self) -> bool:
+        """accelerator_config's `non_blocking`."""
+        return self.dataloader_config.non_blocking
+
+    @property
+    def multi_device(self) -> bool:
+        """Whether the run spans several accelerator devices (not CPU processes), as accelerate defines it."""
+        return self.use_distributed and self.distributed_type == DistributedType.MULTI_GPU
+
+    @property
+    def should_save_model(self) -> bool:
+        """Whether this process writes model files (each node's main process, without parallelism_config)."""
+        return self.is_local_main_process
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        """False: a resumed run skips the batches already seen (resume_from_checkpoint)."""
+        return False
+
+    @property
+    def torch_device_mesh(self) -> None:
+        """None: no composable-parallelism mesh (parallelism_config is not supported)."""
+        return None
+
+    @property
+    def is_composable_parallelism_enabled(self) -> bool:
+        """Whether the run shards with FSDP2, as accelerate defines it."""
+        return self.is_fsdp2
 
     @property
     def is_fsdp2(self) -> bool:
@@ -226,14 +301,14 @@ class LightningAccelerator:
 
     def _split_values(self, inputs: Any, start: int, end: int, share: int, apply_padding: bool) -> Any:
         if isinstance(inputs, (list, tuple, torch.Tensor)):
-            result = inputs[start:end] if start < len(inputs) else inputs[-1:]
+            result = inputs[start:end]
             if apply_padding:
                 if isinstance(result, torch.Tensor):
                     return self.pad_across_processes(
                         result.to(self.device), pad_index=inputs[-1].to(self.device)
                     )
-                result = list(result) + [inputs[-1]] * (share - len(result))
-                return type(inputs)(result) if isinstance(inputs, tuple) else result
+                # accelerate's own padding of a tuple raises TypeError (docs/divergences.md): a tuple stays one.
+                return result + type(result)([inputs[-1]] * (share - len(result)))
             return result
         if isinstance(inputs, dict):
             for key in inputs:
@@ -248,22 +323,40 @@ class LightningAccelerator:
         return inputs
 
     def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorate `function` to run on the global main process only."""
+        """Decorate `function` to run on the global main process only (everywhere in a single process)."""
         return self._only_if(function, lambda: self.is_main_process)
 
     def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Decorate `function` to run on each node's main process only."""
         return self._only_if(function, lambda: self.is_local_main_process)
 
-    def on_process(self, function: Callable[..., Any], process_index: int) -> Callable[..., Any]:
-        """Decorate `function` to run on process `process_index` only."""
+    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorate `function` to run on the last process only."""
+        return self._only_if(function, lambda: self.is_last_process)
+
+    def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None):
+        """Decorate `function` to run on process `process_index` only (`@accelerator.on_process(process_index=i)`)."""
+        if function is None:
+            return functools.partial(self.on_process, process_index=process_index)
         return self._only_if(function, lambda: self.process_index == process_index)
 
-    @staticmethod
-    def _only_if(function: Callable[..., Any], condition: Callable[[], bool]) -> Callable[..., Any]:
+    def on_local_process(
+        self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
+    ):
+        """Decorate `function` to run on the process of local rank `local_process_index` only."""
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        return self._only_if(function, lambda: self.local_process_index == local_process_index)
+
+    def _only_if(self, function: Callable[..., Any], condition: Callable[[], bool]) -> Callable[..., Any]:
+        """As accelerate's decorators: `function` runs where `condition` holds, and everywhere without
+        several processes; elsewhere the call returns None."""
+
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return function(*args, **kwargs) if condition() else None
+            if condition() or not self.use_distributed:
+                return function(*args, **kwargs)
+            return None
 
         return wrapper
 
@@ -315,10 +408,10 @@ class LightningAccelerator:
         return model
 
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
-        """Frozen models go through `prepare_model(evaluation_mode=True)`; other objects are returned unchanged.
+        """Frozen models through `prepare_model(evaluation_mode=True)`, DataLoaders sharded across processes with
+        batches on the device (engine/accelerator/dataloader.py); other objects are returned unchanged.
 
-        An optimizer, a scheduler or a DataLoader raise a ValueError: the trainer and its Lightning run set
-        those up.
+        A trainable model, an optimizer or a scheduler raise a ValueError: the trainer's Lightning run sets those up.
         """
         placements = device_placement if device_placement is not None else [None] * len(args)
         prepared = tuple(self._prepare_one(obj, placement) for obj, placement in zip(args, placements))
@@ -338,10 +431,16 @@ class LightningAccelerator:
         if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
             raise ValueError(f"accelerator.prepare(scheduler): {_OWNED_BY_THE_ENGINE['prepare_scheduler']}.")
         if isinstance(obj, torch.utils.data.DataLoader):
-            raise ValueError(
-                f"accelerator.prepare(dataloader): {_OWNED_BY_THE_ENGINE['prepare_data_loader']}."
-            )
+            return self.prepare_data_loader(obj, device_placement=device_placement)
         return obj
+
+    def prepare_data_loader(
+        self, data_loader: torch.utils.data.DataLoader, device_placement: bool | None = None
+    ):
+        """This process's share of `data_loader`, batches on the device (see `prepare`)."""
+        from hf_lightning.engine.accelerator.dataloader import PreparedDataLoader
+
+        return PreparedDataLoader(self._trainer, data_loader, device_placement=device_placement is not False)
 
     @contextlib.contextmanager
     def autocast(self, autocast_handler: Any = None) -> Iterator[None]:
@@ -389,6 +488,22 @@ class LightningAccelerator:
         norm = torch.nn.utils.get_total_norm([p.grad for p in parameters], norm_type) * inv_scale
         torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, norm)
         return norm
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        """Clip every gradient element to [-clip_value, clip_value] (of the unscaled gradients under fp16)."""
+        parameters = [p for p in parameters if p.grad is not None]
+        scaler = self._grad_scaler()
+        scale = 1.0 if scaler is None else float(scaler.get_scale())
+        torch.nn.utils.clip_grad_value_(parameters, clip_value * scale)
+
+    def verify_device_map(self, model: nn.Module) -> bool:
+        """Whether `model` (or a submodule) was loaded with a device map over several devices."""
+        return any(len(getattr(module, "hf_device_map", None) or {}) > 1 for module in model.modules())
+
+    @property
+    def deepspeed_plugin(self) -> None:
+        """None: DeepSpeed is configured through `TrainingArguments.deepspeed` and run by Lightning's strategy."""
+        return None
 
     def _grad_scaler(self) -> Any:
         lightning_trainer = getattr(self._trainer, "lightning_trainer", None)

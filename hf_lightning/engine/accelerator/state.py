@@ -89,8 +89,12 @@ class AcceleratorStateView:
 
     @property
     def device(self) -> torch.device:
-        """The device this process computes on (`args.device`)."""
-        return self._trainer.args.device
+        """The device this process computes on: `args.device`, indexed `cpu:0` with several CPU processes (as
+        accelerate names it there)."""
+        device = self._trainer.args.device
+        if device.type == "cpu" and self.distributed_type == DistributedType.MULTI_CPU:
+            return torch.device("cpu", 0)
+        return device
 
     @property
     def num_processes(self) -> int:
@@ -160,6 +164,59 @@ class AcceleratorStateView:
         )
 
 
+# accelerate's GradientAccumulationPlugin defaults, other than num_steps.
+_ACCUMULATION_DEFAULTS = {"adjust_scheduler": True, "sync_with_dataloader": True, "sync_each_batch": False}
+
+
+class DataLoaderConfigView:
+    """accelerate's `DataLoaderConfiguration`: how batches are dealt to processes (the arguments'
+    accelerator_config, read-only: the trainer's dataloaders are built from the arguments)."""
+
+    def __init__(self, trainer: TrainerLike):
+        self._trainer = trainer
+
+    @property
+    def split_batches(self) -> bool:
+        """Whether each batch is split across processes (else each process loads whole batches)."""
+        return self._trainer.plan.module.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        """Whether batches are read on the main process and dispatched (None: accelerate's default)."""
+        return self._trainer.plan.module.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        """Whether the last round is completed from the first samples so every process gets as many batches."""
+        return self._trainer.plan.module.even_batches
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        """Whether the random sampler is seeded per epoch (reproducible shuffling)."""
+        return self._trainer.plan.module.use_seedable_sampler
+
+    @property
+    def non_blocking(self) -> bool:
+        """Whether batches are copied to the device without blocking."""
+        config = getattr(self._trainer.args, "accelerator_config", None)
+        return bool(getattr(config, "non_blocking", False))
+
+    @property
+    def data_seed(self) -> int | None:
+        """The arguments' `data_seed`."""
+        return getattr(self._trainer.args, "data_seed", None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "dispatch_batches" and not value:
+            return  # each process loads its own batches already: nothing is dispatched
+        if name != "_trainer":
+            raise AttributeError(
+                f"accelerator.dataloader_config.{name} is read-only under hf_lightning: the trainer builds its "
+                f"dataloaders from TrainingArguments.accelerator_config; set accelerator_config={{'{name}': ...}}."
+            )
+        object.__setattr__(self, name, value)
+
+
 class GradientStateView:
     """accelerate's `GradientState`: where the current micro-batch stands in its window and its dataloader.
 
@@ -170,6 +227,8 @@ class GradientStateView:
 
     def __init__(self, trainer: TrainerLike):
         self._trainer = trainer
+        # Loaders from `accelerator.prepare(dataloader)` being iterated, innermost last (accelerate's stack).
+        self.active_dataloaders: list[Any] = []
 
     @property
     def sync_gradients(self) -> bool:
@@ -183,6 +242,18 @@ class GradientStateView:
         """Micro-batches per update the accelerator itself accumulates: 1, as in the reference's accelerator
         (the trainer accumulates, `gradient_accumulation_steps`)."""
         return 1
+
+    @property
+    def plugin_kwargs(self) -> dict[str, Any]:
+        """accelerate's non-default accumulation options: `num_steps` 1 and accelerator_config's
+        `gradient_accumulation_kwargs` other than `num_steps` (folded into gradient_accumulation_steps)."""
+        config = getattr(self._trainer.args, "accelerator_config", None)
+        given = dict(getattr(config, "gradient_accumulation_kwargs", None) or {})
+        kwargs: dict[str, Any] = {"num_steps": 1}
+        for name, default in _ACCUMULATION_DEFAULTS.items():
+            if name in given and given[name] != default:
+                kwargs[name] = given[name]
+        return kwargs
 
     @property
     def in_dataloader(self) -> bool:
@@ -202,14 +273,28 @@ class GradientStateView:
         return -1 if position is None else int(position[1])
 
     def _position(self) -> tuple[bool, int] | None:
+        """(end_of_dataloader, remainder) of the innermost dataloader being iterated; None outside any.
+
+        As accelerate, the remainder is known from the start of an iteration (the dataset length modulo the
+        global batch), not only at its last batch.
+        """
+        if self.active_dataloaders:
+            loader = self.active_dataloaders[-1]
+            return loader.end_of_dataloader, loader.remainder
+        from hf_lightning.evaluation.helpers import last_batch_remainder
+
         trainer = self._trainer
         if getattr(trainer, "_eval_in_loop", False):
-            return bool(getattr(trainer, "_eval_on_last_batch", False)), int(
-                getattr(trainer, "_eval_last_batch_remainder", -1)
-            )
+            if trainer._eval_on_last_batch:
+                return True, int(trainer._eval_last_batch_remainder)
+            eval_dataloader = getattr(trainer.callback_handler, "eval_dataloader", None)
+            return False, last_batch_remainder(eval_dataloader, None, num_processes(trainer))
         run = getattr(trainer, "_training_run", None)
-        position = getattr(run, "train_dataloader_position", None) if run is not None else None
-        return position() if callable(position) else None
+        module = None if run is None else getattr(run, "module", None)
+        if module is None or not getattr(run, "fitting", False):
+            return None
+        remainder = last_batch_remainder(run.lightning_trainer.train_dataloader, None, num_processes(trainer))
+        return bool(getattr(module, "end_of_dataloader", False)), remainder
 
     def __repr__(self) -> str:
         return (
