@@ -162,6 +162,11 @@ class TrainingArgumentsProcess:
         return ParallelMode.NOT_PARALLEL
 
     @property
+    def distributed_state(self) -> DistributedStateView:
+        """The launcher's processes, accelerate's `PartialState` names (`distributed_type`, ranks, device)."""
+        return DistributedStateView(self)
+
+    @property
     def ddp_timeout_delta(self) -> timedelta:
         """``ddp_timeout`` as the ``timedelta`` process-group creation expects."""
         return timedelta(seconds=self.ddp_timeout)
@@ -223,3 +228,52 @@ class TrainingArgumentsProcess:
                     "%s: main process completed %s, releasing all replicas", self.process_index, desc
                 )
                 dist.barrier()
+
+
+class DistributedStateView:
+    """What the reference's `args.distributed_state` (an accelerate `PartialState`) tells of the launcher's
+    processes; `distributed_type` is accelerate's member name as a string ("NO", "MULTI_CPU", "MULTI_GPU",
+    "DEEPSPEED"), which compares equal to accelerate's `DistributedType` (a `str` enum)."""
+
+    def __init__(self, args: Any):
+        self._args = args
+
+    @property
+    def distributed_type(self) -> str:
+        """accelerate's kind of run for these arguments and the launcher's processes."""
+        args = self._args
+        if getattr(args, "deepspeed", None) and args._is_distributed():
+            return "DEEPSPEED"
+        if not args._is_distributed():
+            return "NO"
+        return "MULTI_GPU" if args.device.type == "cuda" else "MULTI_CPU"
+
+    @property
+    def num_processes(self) -> int:
+        """The launcher's process count."""
+        return self._args.world_size
+
+    @property
+    def process_index(self) -> int:
+        """This process's global rank."""
+        return self._args.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        """This process's rank on its node."""
+        return self._args.local_process_index
+
+    @property
+    def device(self) -> Any:
+        """This process's device."""
+        return self._args.device
+
+    @property
+    def is_main_process(self) -> bool:
+        """Whether this is the global main process."""
+        return self._args.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        """Whether this is the main process of its node."""
+        return self._args.local_process_index == 0

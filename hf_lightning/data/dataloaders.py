@@ -184,11 +184,12 @@ def _build_dataloader(
     process_index: int,
     is_training: bool,
     settings: ModuleSettings | None,
+    columns: list[str] | None = None,
 ) -> HFDataLoader:
     # The reference's `_get_dataloader` followed by accelerate's `prepare_data_loader`.
     collator = data_collator if data_collator is not None else pick_default_collator(processing_class)
     dataset, collator = apply_column_removal(
-        dataset, collator, args=args, model=model, description=description
+        dataset, collator, args=args, model=model, description=description, columns=columns
     )
     params = _loader_arguments(args, batch_size, collator)
     if isinstance(dataset, IterableDataset):
@@ -235,6 +236,11 @@ def _build_dataloader(
     return HFDataLoader(dataset, **params)
 
 
+def build_dataloader(dataset: Any, make_sampler: Callable[[Any], Sampler | None], **kwargs: Any) -> HFDataLoader:
+    """A DataLoader from a sampler factory (the facade's `_get_dataloader`); keywords as `_build_dataloader`'s."""
+    return _build_dataloader(dataset, make_sampler, **kwargs)
+
+
 def build_train_dataloader(
     dataset: Any,
     *,
@@ -247,12 +253,14 @@ def build_train_dataloader(
     seed_for_sampler: int | None = None,
     batch_size: int | None = None,
     settings: ModuleSettings | None = None,
+    columns: list[str] | None = None,
 ) -> HFDataLoader:
     """This process's train DataLoader, as the reference's `get_train_dataloader` + accelerate prepare.
 
     Run on every rank. `data_collator=None` picks the reference's default for `processing_class`;
     `batch_size` defaults to `args.train_batch_size` (auto_find_batch_size passes the reduced one).
-    `settings`: the plan's module settings (translated from `args` when not given).
+    `settings`: the plan's module settings (translated from `args` when not given); `columns`: the columns
+    column removal keeps (the trainer's `_signature_columns`; the model's signature when not given).
     """
     if dataset is None:
         raise ValueError("Trainer: training requires a train_dataset.")
@@ -278,6 +286,7 @@ def build_train_dataloader(
         process_index=process_index,
         is_training=True,
         settings=settings,
+        columns=columns,
     )
 
 
@@ -292,6 +301,7 @@ def build_eval_dataloader(
     process_index: int = 0,
     description: str = "Evaluation",
     settings: ModuleSettings | None = None,
+    columns: list[str] | None = None,
 ) -> HFDataLoader:
     """This process's eval (or, with `description="test"`, test) DataLoader, as the reference builds it.
 
@@ -316,6 +326,7 @@ def build_eval_dataloader(
         process_index=process_index,
         is_training=False,
         settings=settings,
+        columns=columns,
     )
 
 

@@ -129,13 +129,18 @@ def remove_unused_columns(
 
 
 def apply_column_removal(
-    dataset: Any, data_collator: Callable, *, args: Any, model: Any, description: str
+    dataset: Any, data_collator: Callable, *, args: Any, model: Any, description: str,
+    columns: list[str] | None = None,
 ) -> tuple[Any, Callable]:
     """With `remove_unused_columns`, drop the columns `forward` does not take (R3.11): from a
-    `datasets.Dataset` itself, else by wrapping the collator; otherwise both are returned unchanged."""
+    `datasets.Dataset` itself, else by wrapping the collator; otherwise both are returned unchanged.
+
+    `columns`: the columns to keep, as a trainer's `_set_signature_columns_if_needed` chose them (a subclass
+    may keep more, e.g. TRL's `seq_lengths`); `forward`'s signature and the label names when not given."""
     if not args.remove_unused_columns:
         return dataset, data_collator
-    columns = signature_columns(model, resolve_label_names(args, model))
+    if columns is None:
+        columns = signature_columns(model, resolve_label_names(args, model))
     model_name = type(model).__name__
     if is_datasets_dataset(dataset):
         return remove_unused_columns(dataset, columns, description, model_name), data_collator

@@ -363,6 +363,7 @@ class HFLightningTrainer(
             process_index=self.args.process_index,
             batch_size=self._train_batch_size,
             settings=self.plan.module,
+            columns=self._kept_columns(),
         )
 
     def get_eval_dataloader(self, eval_dataset: str | Dataset | None = None) -> DataLoader:
@@ -398,7 +399,47 @@ class HFLightningTrainer(
             process_index=self.args.process_index,
             description=description,
             settings=self.plan.module,
+            columns=self._kept_columns(),
         )
+
+    def _get_dataloader(
+        self,
+        dataset: Dataset,
+        description: str,
+        batch_size: int,
+        sampler_fn: Callable[[Dataset], Any] | None = None,
+        is_training: bool = False,
+        dataloader_key: str | None = None,
+    ) -> DataLoader:
+        """The reference's shared builder (subclasses such as TRL's GRPOTrainer call it with their own sampler):
+        column removal, `sampler_fn(dataset)` as the sampler, this process's share of the batches."""
+        return dataloaders.build_dataloader(
+            dataset,
+            sampler_fn if sampler_fn is not None else (lambda _dataset: None),
+            args=self.args,
+            data_collator=self.data_collator,
+            model=self.model,
+            processing_class=self.processing_class,
+            batch_size=batch_size,
+            description=description,
+            world_size=self.args.world_size,
+            process_index=self.args.process_index,
+            is_training=is_training,
+            settings=self.plan.module,
+            columns=self._kept_columns(),
+        )
+
+    def _set_signature_columns_if_needed(self) -> None:
+        """Set `_signature_columns` (the columns column removal keeps) from the model's forward, if not set."""
+        if self._signature_columns is None:
+            self._signature_columns = data_layer.signature_columns(self.model, self.label_names)
+
+    def _kept_columns(self) -> list[str] | None:
+        """The columns column removal keeps: `_signature_columns`, set (overridably) on first use."""
+        if not self.args.remove_unused_columns:
+            return None
+        self._set_signature_columns_if_needed()
+        return self._signature_columns
 
     def _current_loggers(self) -> list[Any]:
         """The Lightning loggers a log goes to: the last fit's or, before any `train()`, the plan's, built at the

@@ -65,3 +65,17 @@ def test_saved_example_model_reloads_as_printed(classifier_run):
     reloaded_accuracy = float((logits.argmax(-1) == batch["labels"]).float().mean())
     # The reloaded weights are the trained ones: the same accuracy as the script's own evaluate().
     assert abs(reloaded_accuracy - eval_accuracy) < 1e-6, (reloaded_accuracy, eval_accuracy)
+
+
+def test_sft_trl_example_trains_offline(tmp_path):
+    """examples/sft_trl.py: TRL's SFTTrainer on the embedded chat data learns (its loss falls) and saves."""
+    completed = subprocess.run(
+        [sys.executable, "examples/sft_trl.py", "--output_dir", str(tmp_path), "--max_steps", "30"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"},
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "TrainOutput(global_step=30" in completed.stdout
+    logged = [ast.literal_eval(line) for line in completed.stdout.splitlines() if line.startswith("{'loss'")]
+    assert len(logged) == 3 and float(logged[-1]["loss"]) < float(logged[0]["loss"])
+    assert (tmp_path / "model.safetensors").exists() and (tmp_path / "tokenizer.json").exists()

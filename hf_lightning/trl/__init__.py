@@ -1,0 +1,48 @@
+"""TRL's trainers on hf_lightning's engine: `from hf_lightning.trl import SFTTrainer, SFTConfig`.
+
+Supported: trl 1.16 (`pip install -e ".[trl]"` from a checkout). Each class is TRL's own, rebuilt over our
+bases (hf_lightning/trl/rebuild.py): `SFTTrainer` here is a new class named `SFTTrainer` whose methods are
+TRL's function objects' code, with their `super()` cells pointing at the rebuilt classes and their module
+globals binding `Trainer` / `TrainingArguments` / `SFTConfig` / ... to ours, so TRL's `__init__`,
+`compute_loss`, `log`, `_save_checkpoint` run as written, and everything they delegate to `super()` runs on
+hf_lightning's Trainer (Lightning's `fit`). Configs are TRL's dataclass fields re-declared over our
+`TrainingArguments`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+SUPPORTED_TRL = "1.16"
+
+try:
+    import trl
+except ModuleNotFoundError as error:
+    if error.name != "trl":
+        raise
+    raise ImportError(
+        "hf_lightning.trl needs trl, which is not installed: "
+        f'pip install -e ".[trl]" from a checkout (or pip install "trl=={SUPPORTED_TRL}.*")'
+    ) from error
+
+if not trl.__version__.startswith(SUPPORTED_TRL + "."):
+    warnings.warn(
+        f"hf_lightning.trl is tested with trl {SUPPORTED_TRL}.x; trl {trl.__version__} is installed "
+        f'(pip install -e ".[trl]" installs a tested one)',
+        stacklevel=2,
+    )
+
+from hf_lightning.trl.classes import BUILT  # noqa: E402
+
+SFTConfig = BUILT["SFTConfig"]
+SFTTrainer = BUILT["SFTTrainer"]
+DPOConfig = BUILT["DPOConfig"]
+DPOTrainer = BUILT["DPOTrainer"]
+RewardConfig = BUILT["RewardConfig"]
+RewardTrainer = BUILT["RewardTrainer"]
+GRPOConfig = BUILT["GRPOConfig"]
+GRPOTrainer = BUILT["GRPOTrainer"]
+
+__all__ = [
+    "DPOConfig", "DPOTrainer", "GRPOConfig", "GRPOTrainer", "RewardConfig", "RewardTrainer", "SFTConfig", "SFTTrainer",
+]
