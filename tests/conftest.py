@@ -11,7 +11,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-_REQUIRED_TEST_PACKAGES = ("transformers", "accelerate", "datasets", "tokenizers", "trl")
+_REQUIRED_TEST_PACKAGES = ("transformers", "accelerate", "datasets", "tokenizers", "trl", "hypothesis")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -1,7 +1,8 @@
 """``TrainingArguments`` and ``Seq2SeqTrainingArguments``: the reference's arguments, without transformers.
 
 Same fields, order and defaults as transformers 5.24 (see ``args/fields.py``), the same
-``__post_init__`` normalisation (R1.2), validation (``args/validation.py``), v4 keyword aliases
+``__post_init__`` normalisation (R1.2), validation (``args/validation.py``: the reference's rules, after
+our checks of every field's type, range and combinations, which the reference leaves to ``train()``), v4 keyword aliases
 (``args/aliases.py``), serialisation and helpers. Unlike the reference, building the arguments does
 not set up accelerate or a process group: the process layout is read from the launcher's env
 variables, and the device is derived lazily (``args/process.py``).
@@ -41,6 +42,7 @@ from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.args.validation import (
     check_eval_steps_available,
     check_tf32_supported,
+    check_values,
     to_enum,
     validate_arguments,
 )
@@ -113,6 +115,8 @@ class TrainingArguments(TrainingArgumentsSetters, TrainingArgumentsProcess, Trai
     """
 
     def __post_init__(self) -> None:
+        # 0. Every field's type, range, choices and combinations, on the values as given (all problems at once).
+        check_values(self)
         # 1. Defaults and JSON strings.
         if self.output_dir is None:
             self.output_dir = "trainer_output"

@@ -87,7 +87,9 @@ def lengths_from_items(dataset: Any, model_input_name: str | None) -> list[int]:
     if not isinstance(dataset[0], Mapping) or model_input_name not in dataset[0]:
         raise ValueError(
             "Can only automatically infer lengths for datasets whose items are dictionaries with an "
-            f"'{model_input_name}' key."
+            f"'{model_input_name}' key. The `train_sampling_strategy` 'group_by_length' / 'batch_rebalance' "
+            "needs the length of each sample: give the dataset a `length_column_name` column, items holding "
+            f"'{model_input_name}', or choose 'random'."
         )
     return [len(feature[model_input_name]) for feature in dataset]
 

@@ -17,6 +17,10 @@ from torch import nn
 from hf_lightning.data.model_inputs import unwrap_peft_model
 
 
+class LabelSmoothingLabelsError(ValueError, RuntimeError):
+    """Labels the label smoother cannot index with (a ``RuntimeError`` from ``gather`` in the reference)."""
+
+
 class LabelSmoother:
     """Label-smoothed cross entropy on a model's logits, normalised like the reference (R4.2)."""
 
@@ -26,6 +30,12 @@ class LabelSmoother:
 
     def __call__(self, model_output, labels, shift_labels: bool = False, num_items_in_batch=None):
         logits = model_output["logits"] if isinstance(model_output, dict) else model_output[0]
+        if labels.is_floating_point() or labels.is_complex():
+            raise LabelSmoothingLabelsError(
+                f"label_smoothing_factor={self.epsilon}: label smoothing needs integer class labels, but the "
+                f"batch's labels are {labels.dtype} (a regression target?). Set `label_smoothing_factor=0`, or "
+                "give class indices as labels."
+            )
         if shift_labels:
             logits = logits[..., :-1, :].contiguous()
             labels = labels[..., 1:].contiguous()

@@ -19,6 +19,7 @@ from lightning.pytorch.strategies import Strategy
 
 import hf_lightning.engine.schedule as schedule
 from hf_lightning.checkpoint.files import reach
+from hf_lightning.engine.input_checks import empty_epoch_error
 from hf_lightning.engine.loss import UnusedItemCountProbe
 from hf_lightning.engine.precision import forward_autocast
 from hf_lightning.engine.protocols import RunLike, TrainerLike
@@ -171,6 +172,9 @@ class HFLightningModule(pl.LightningModule):
             update_index, run.values.num_update_steps_per_epoch, run.values.steps_in_epoch, self._ga
         )
         batch_samples, num_items_in_batch = facade.get_batch_samples(epoch_iterator, num_batches, self.device)
+        if not batch_samples and update_index == 0 and self._micro_batch_index < 0:
+            state = facade.state
+            raise empty_epoch_error(facade.train_dataset, self.current_epoch, state.global_step, state.max_steps)
         run.resume.sync_rng_after_first_window()
         steps_in_epoch = run.values.steps_in_epoch
         if steps_in_epoch > 0 and self._micro_batch_index + 1 + len(batch_samples) >= steps_in_epoch:

@@ -38,6 +38,7 @@ from hf_lightning.checkpoint.saving import CheckpointMixin
 from hf_lightning.data.collate import pick_default_collator
 from hf_lightning.data.sized import has_length
 from hf_lightning.engine.accelerator import LightningAccelerator
+from hf_lightning.engine.input_checks import check_trainer_inputs
 from hf_lightning.engine.loss import (
     LabelSmoother,
     loss_shifts_labels,
@@ -146,6 +147,14 @@ class HFLightningTrainer(
         self.optimizer, self.lr_scheduler = optimizers
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         self._validate_constructor()
+        # Bad values of the arguments, the model or the data: one error naming each, before anything runs.
+        check_trainer_inputs(
+            args,
+            model,
+            train_dataset,
+            own_scheduler=self.lr_scheduler is not None,
+            neftune_noise_alpha=args.neftune_noise_alpha,
+        )
 
         from hf_lightning.translation.translate import translate
 

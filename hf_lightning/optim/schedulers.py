@@ -7,6 +7,7 @@ match the reference's. Adapted from Hugging Face transformers (Apache-2.0).
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from collections.abc import Callable
@@ -499,3 +500,23 @@ def get_scheduler(
         num_training_steps=num_training_steps,
         **scheduler_specific_kwargs,
     )
+
+
+# Factories that pass their keyword arguments on to a class.
+_KWARGS_TAKEN_BY: dict[str, type] = {"reduce_lr_on_plateau": ReduceLROnPlateau, "greedy": GreedyLR}
+# Given by the trainer itself, never through `lr_scheduler_kwargs`.
+_TRAINER_GIVEN = ("optimizer", "num_warmup_steps", "num_training_steps")
+
+
+def scheduler_kwarg_names(name: Any) -> list[str] | None:
+    """The `lr_scheduler_kwargs` keys schedule `name` takes; None when it takes none and ignores them."""
+    value = _scheduler_name(name)
+    if value in ("constant", "constant_with_warmup"):
+        return None  # get_scheduler passes them no keyword arguments, as the reference's does
+    target: Callable[..., Any] = _KWARGS_TAKEN_BY.get(value, TYPE_TO_SCHEDULER_FUNCTION[value])
+    parameters = inspect.signature(target).parameters.values()
+    return [
+        p.name
+        for p in parameters
+        if p.name not in _TRAINER_GIVEN and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]

@@ -1,0 +1,105 @@
+"""Trainer-construction checks of what needs the model or the data, gathered with the arguments' own.
+
+The arguments are checked again (a field assigned after construction), with the worker options that need
+`dataloader_num_workers` > 0 (the reference builds such arguments, its DataLoader refuses them), then what
+only the trainer can see:
+NEFTune on a model without input embeddings, an empty map-style train dataset, `lr_scheduler_kwargs` the
+schedule does not take. Every problem goes into one `InvalidArgumentsError` (a `ValueError`, and also the
+type the reference's error has), before any training starts; the reference meets each of them inside
+`train()` as an error from torch or its loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from hf_lightning.args.validation import Problem, invalid_arguments, value_problems
+from hf_lightning.data.model_inputs import unwrap_peft_model
+from hf_lightning.data.sized import has_length
+
+__all__ = [
+    "check_neftune_embeddings",
+    "check_scheduler_kwargs",
+    "check_train_dataset",
+    "check_trainer_inputs",
+]
+
+
+def check_neftune_embeddings(model: nn.Module | None, alpha: float | None) -> list[Problem]:
+    """`neftune_noise_alpha` adds noise to the output of the model's `get_input_embeddings()` module."""
+    if alpha is None or model is None:
+        return []
+    get_embeddings = getattr(unwrap_peft_model(model), "get_input_embeddings", None)
+    try:
+        embeddings = get_embeddings() if callable(get_embeddings) else None
+    except NotImplementedError:
+        embeddings = None
+    if isinstance(embeddings, nn.Module):
+        return []
+    return [
+        Problem(
+            "neftune_noise_alpha",
+            f"{alpha!r} needs a model whose `get_input_embeddings()` returns its embedding module; "
+            f"{type(model).__name__} has none. Leave `neftune_noise_alpha` None, or define get_input_embeddings.",
+            AttributeError,  # what the reference's train() meets calling the missing method
+        )
+    ]
+
+
+def check_train_dataset(dataset: Any) -> list[Problem]:
+    """A map-style train dataset must hold at least one sample (an iterable one is checked when iterated)."""
+    if dataset is None or not has_length(dataset) or len(dataset) > 0:
+        return []
+    return [
+        Problem(
+            "train_dataset",
+            f"the {type(dataset).__name__} is empty (len 0): nothing to train on. Pass a dataset with samples.",
+        )
+    ]
+
+
+def check_scheduler_kwargs(args: Any, own_scheduler: bool) -> list[Problem]:
+    """`lr_scheduler_kwargs` keys must be arguments of the `lr_scheduler_type` schedule (unless one is passed)."""
+    kwargs = args.lr_scheduler_kwargs
+    if own_scheduler or not kwargs or not isinstance(kwargs, dict):
+        return []
+    from hf_lightning.optim.schedulers import scheduler_kwarg_names
+
+    accepted = scheduler_kwarg_names(args.lr_scheduler_type)
+    if accepted is None:
+        return []
+    unknown = [key for key in kwargs if key not in accepted]
+    if not unknown:
+        return []
+    schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    return [
+        Problem(
+            "lr_scheduler_kwargs",
+            f"{unknown} not taken by the {schedule!r} schedule, which takes {accepted}. Remove them, or pick "
+            "the `lr_scheduler_type` they belong to.",
+            TypeError,  # the schedule function's "unexpected keyword argument" in the reference's train()
+        )
+    ]
+
+
+def check_trainer_inputs(
+    args: Any, model: nn.Module | None, train_dataset: Any, own_scheduler: bool, neftune_noise_alpha: Any
+) -> None:
+    """Every problem of the arguments, the model and the train dataset in one `InvalidArgumentsError`."""
+    problems = value_problems(args, with_loader_options=True)
+    problems += check_neftune_embeddings(model, neftune_noise_alpha)
+    problems += check_train_dataset(train_dataset)
+    problems += check_scheduler_kwargs(args, own_scheduler)
+    if problems:
+        raise invalid_arguments("Trainer", problems)
+
+
+def empty_epoch_error(dataset: Any, epoch: int, global_step: int, max_steps: int) -> ValueError:
+    """An iterable train dataset whose epoch yields no batch before `max_steps` (the reference raises too)."""
+    return ValueError(
+        f"train_dataset: the {type(dataset).__name__} yielded no batch in epoch {epoch} (after {global_step} of "
+        f"max_steps={max_steps} updates). Pass an iterable dataset with samples whose __iter__ starts over on "
+        "each call, or a smaller `max_steps`."
+    )

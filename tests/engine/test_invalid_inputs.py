@@ -1,0 +1,207 @@
+"""Bad inputs that need the model or the data are refused when the Trainer is built, naming the field or the
+dataset; the reference, run on the same input in the same test, fails on each of them in its `train()`.
+Also the run-length cases of docs/divergences.md (max_steps=0, num_train_epochs <= 0, an empty iterable
+dataset), report_to=None and the CUBLAS_WORKSPACE_CONFIG value of full_determinism, against the reference."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+import transformers
+from torch.utils.data import Dataset, IterableDataset
+
+from hf_lightning import TrainingArguments
+from hf_lightning.args.validation import InvalidArgumentsError
+from hf_lightning.engine.trainer import HFLightningTrainer
+from tests.parity.models import make_regression_mlp, regression_data
+
+
+class EmptyMap(Dataset):
+    def __len__(self) -> int:
+        return 0
+
+    def __getitem__(self, index: int) -> dict:
+        raise IndexError(index)
+
+
+class EmptyIterable(IterableDataset):
+    def __iter__(self):
+        return iter(())
+
+
+@pytest.fixture(autouse=True)
+def _quiet_reference():
+    previous = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+    transformers.logging.set_verbosity(previous)
+
+
+def _args(cls: type, out: str, **fields):
+    base = {"output_dir": out, "use_cpu": True, "report_to": "none", "save_strategy": "no", "disable_tqdm": True}
+    return cls(**{**base, **fields})
+
+
+def _file(tmp_path) -> str:
+    path = tmp_path / "a_file"
+    path.write_text("not a folder")
+    return str(path)
+
+
+# (case id, argument fields, trainer keywords, the field or input the message names)
+TRAINER_CASES = [
+    ("neftune without input embeddings", {"neftune_noise_alpha": 5.0}, {}, "neftune_noise_alpha"),
+    ("empty map-style train dataset", {}, {"train_dataset": EmptyMap()}, "train_dataset"),
+    ("lr_scheduler_kwargs the schedule does not take", {"lr_scheduler_kwargs": {"foo": 1}}, {}, "lr_scheduler_kwargs"),
+    ("persistent workers without workers", {"dataloader_persistent_workers": True}, {}, "dataloader_persistent_workers"),
+    (
+        "multiprocessing context without workers",
+        {"dataloader_multiprocessing_context": "spawn"},
+        {},
+        "dataloader_multiprocessing_context",
+    ),
+]
+
+
+def _reference_failure(tmp_path, arg_fields: dict, trainer_kwargs: dict) -> BaseException | None:
+    """Build and train the reference on the input; the exception it meets (None: it trained)."""
+    try:
+        args = _args(transformers.TrainingArguments, str(tmp_path / "ref"), **arg_fields)
+        kwargs = {"model": make_regression_mlp(), "args": args, "train_dataset": regression_data(8), **trainer_kwargs}
+        transformers.Trainer(**kwargs).train()
+    except Exception as error:  # noqa: BLE001 - the reference's own failure, whatever its type
+        return error
+    return None
+
+
+@pytest.mark.parametrize(
+    ("case", "arg_fields", "trainer_kwargs", "field"), TRAINER_CASES, ids=[c[0] for c in TRAINER_CASES]
+)
+def test_refused_at_trainer_construction_naming_it(tmp_path, case, arg_fields, trainer_kwargs, field):
+    reference = _reference_failure(tmp_path, arg_fields, trainer_kwargs)
+    assert reference is not None, f"the reference trains with {case}"
+    args = _args(TrainingArguments, str(tmp_path / "ours"), **arg_fields)
+    kwargs = {"model": make_regression_mlp(), "args": args, "train_dataset": regression_data(8), **trainer_kwargs}
+    with pytest.raises(InvalidArgumentsError) as info:
+        HFLightningTrainer(**kwargs)
+    assert info.value.fields == [field] and f"  - {field}: " in str(info.value)
+    assert isinstance(info.value, type(reference)), (case, reference)  # the reference's type is kept
+
+
+def test_a_value_assigned_after_construction_is_checked_by_the_trainer(tmp_path):
+    args = _args(TrainingArguments, str(tmp_path / "ours"))
+    args.learning_rate = "fast"
+    args.gradient_accumulation_steps = 0
+    with pytest.raises(InvalidArgumentsError) as info:
+        HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
+    assert info.value.fields == ["learning_rate", "gradient_accumulation_steps"]
+
+
+def test_output_dir_an_existing_file_is_refused_at_construction(tmp_path):
+    path = _file(tmp_path)
+    with pytest.raises(FileExistsError):  # the reference's makedirs, at its construction
+        transformers.Trainer(model=make_regression_mlp(), args=_args(transformers.TrainingArguments, path))
+    with pytest.raises(ValueError, match="output_dir"):
+        HFLightningTrainer(model=make_regression_mlp(), args=_args(TrainingArguments, path))
+
+
+def test_the_model_and_data_problems_come_in_one_error(tmp_path):
+    args = _args(TrainingArguments, str(tmp_path / "ours"), neftune_noise_alpha=5.0, lr_scheduler_kwargs={"x": 1})
+    with pytest.raises(InvalidArgumentsError) as info:
+        HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=EmptyMap())
+    assert info.value.fields == ["neftune_noise_alpha", "train_dataset", "lr_scheduler_kwargs"]
+
+
+def test_a_model_with_input_embeddings_takes_neftune(tmp_path):
+    from tests.parity.models import make_tiny_bert_classifier
+
+    args = _args(TrainingArguments, str(tmp_path / "ours"), neftune_noise_alpha=5.0)
+    HFLightningTrainer(model=make_tiny_bert_classifier(), args=args)
+
+
+def test_schedule_kwargs_it_takes_are_accepted(tmp_path):
+    args = _args(TrainingArguments, str(tmp_path / "ours"), lr_scheduler_type="cosine", lr_scheduler_kwargs={"num_cycles": 1.0})
+    HFLightningTrainer(model=make_regression_mlp(), args=args)
+    # constant schedules take no keyword arguments and ignore them, in the reference too
+    args = _args(TrainingArguments, str(tmp_path / "ours"), lr_scheduler_type="constant", lr_scheduler_kwargs={"x": 1})
+    HFLightningTrainer(model=make_regression_mlp(), args=args)
+
+
+# ------------------------------------------------------------------------------------- run length
+
+
+def _steps(cls_args: type, cls_trainer: type, out: str, train_dataset=None, **fields) -> int:
+    args = _args(cls_args, out, **fields)
+    trainer = cls_trainer(model=make_regression_mlp(), args=args, train_dataset=train_dataset or regression_data(8))
+    return trainer.train().global_step
+
+
+def test_max_steps_zero_makes_one_step_in_the_reference_and_is_refused_here(tmp_path):
+    reference = _steps(transformers.TrainingArguments, transformers.Trainer, str(tmp_path / "ref"), max_steps=0)
+    assert reference == 1  # its loop checks the bound after the first update (docs/divergences.md)
+    with pytest.raises(ValueError, match="max_steps"):
+        _args(TrainingArguments, str(tmp_path / "ours"), max_steps=0)
+
+
+def test_zero_epochs_train_no_step_like_the_reference(tmp_path):
+    ours = _steps(TrainingArguments, HFLightningTrainer, str(tmp_path / "ours"), num_train_epochs=0)
+    reference = _steps(transformers.TrainingArguments, transformers.Trainer, str(tmp_path / "ref"), num_train_epochs=0)
+    assert ours == reference == 0
+
+
+def test_negative_epochs_train_no_step_in_the_reference_and_are_refused_here(tmp_path):
+    reference = _steps(transformers.TrainingArguments, transformers.Trainer, str(tmp_path / "ref"), num_train_epochs=-1)
+    assert reference == 0
+    with pytest.raises(ValueError, match="num_train_epochs"):
+        _args(TrainingArguments, str(tmp_path / "ours"), num_train_epochs=-1)
+    # unused when max_steps is set, in both
+    assert _steps(TrainingArguments, HFLightningTrainer, str(tmp_path / "ours"), num_train_epochs=-1, max_steps=2) == 2
+
+
+def test_empty_iterable_dataset_with_max_steps_raises_like_the_reference(tmp_path):
+    with pytest.raises(ValueError):
+        _steps(transformers.TrainingArguments, transformers.Trainer, str(tmp_path / "ref"), EmptyIterable(), max_steps=3)
+    with pytest.raises(ValueError, match="train_dataset: the EmptyIterable yielded no batch in epoch 0"):
+        _steps(TrainingArguments, HFLightningTrainer, str(tmp_path / "ours"), EmptyIterable(), max_steps=3)
+
+
+def test_report_to_none_refused_by_the_reference_trainer_and_by_our_arguments(tmp_path):
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "ref"), use_cpu=True, report_to=None)
+    with pytest.raises(ValueError, match="None is not supported"):
+        transformers.Trainer(model=make_regression_mlp(), args=args)
+    with pytest.raises(ValueError, match="report_to"):
+        TrainingArguments(output_dir=str(tmp_path / "ours"), use_cpu=True, report_to=None)
+
+
+def test_full_determinism_sets_the_reference_cublas_workspace_config(tmp_path, monkeypatch):
+    from transformers.trainer_utils import enable_full_determinism
+
+    try:
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+        enable_full_determinism(0)
+        reference = os.environ["CUBLAS_WORKSPACE_CONFIG"]
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+        HFLightningTrainer(model=make_regression_mlp(), args=_args(TrainingArguments, str(tmp_path), full_determinism=True))
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == reference == ":16:8"
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def test_label_smoothing_on_float_labels_names_the_field(tmp_path):
+    from hf_lightning.engine.loss import LabelSmoother
+
+    smoother = LabelSmoother(epsilon=0.5)
+    labels = torch.tensor([0, 1])
+    assert torch.isfinite(smoother({"logits": torch.randn(2, 3)}, labels))  # class indices: fine
+    with pytest.raises(ValueError, match="label_smoothing_factor=0.5") as info:
+        smoother({"logits": torch.randn(2, 3)}, labels.float())
+    assert isinstance(info.value, RuntimeError)  # the reference's gather raises RuntimeError here
+    args = _args(TrainingArguments, str(tmp_path / "ours"), label_smoothing_factor=0.5, max_steps=1)
+    trainer = HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
+    with pytest.raises(ValueError, match="label_smoothing_factor"):
+        trainer.train()
