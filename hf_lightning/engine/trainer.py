@@ -46,7 +46,6 @@ from hf_lightning.engine.loss import (
 from hf_lightning.engine.memory import TrainerMemoryTracker
 from hf_lightning.engine.outputs import TrainOutput
 from hf_lightning.engine.seeding import seed_from_args
-from hf_lightning.engine.signals import JITCheckpointCallback
 from hf_lightning.engine.step_methods import TrainingStepMixin
 from hf_lightning.evaluation.helpers import deepspeed_input_dtype
 from hf_lightning.evaluation.loop import EvaluationMixin
@@ -171,7 +170,11 @@ class HFLightningTrainer(
 
         hf_callbacks, self.lightning_callbacks = _split_callbacks(callbacks)
         # As the reference: the SIGTERM checkpoint callback right after the flow callback, before the user's.
-        jit_callbacks = [JITCheckpointCallback(self)] if args.enable_jit_checkpoint else []
+        jit_callbacks = []
+        if args.enable_jit_checkpoint:  # engine/signals.py imports Lightning, which `import hf_lightning` must not
+            from hf_lightning.engine.signals import JITCheckpointCallback
+
+            jit_callbacks = [JITCheckpointCallback(self)]
         self.callback_handler = CallbackHandler(
             [DefaultFlowCallback] + jit_callbacks + hf_callbacks,
             self.model,

@@ -422,10 +422,10 @@ def test_explain_prints_one_line_per_field(tmp_path, capsys):
 
 def test_explain_reports_refused_fields_with_exit_code_1(tmp_path, capsys):
     path = tmp_path / "args.json"
-    path.write_text(json.dumps({"output_dir": str(tmp_path), "enable_jit_checkpoint": True}))
+    path.write_text(json.dumps({"output_dir": str(tmp_path), "use_liger_kernel": True}))
     assert cli.main(["explain", str(path)]) == 1
     captured = capsys.readouterr()
-    assert "refused" in captured.out and "enable_jit_checkpoint" in captured.err
+    assert "refused" in captured.out and "use_liger_kernel" in captured.err
 
 
 @pytest.mark.parametrize(

@@ -9,58 +9,24 @@ split_between_processes, gather_object, main_process_first ordering, a prepared 
 
 from __future__ import annotations
 
-import os
-import pickle
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.distributed.accelerator_script import NUM_TRAIN
+from tests.distributed.launching import side_by_side
 
 pytestmark = pytest.mark.slow  # two 2-process launches
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "distributed" / "accelerator_script.py"
-WORLD_SIZE = 2
 DIVERGENT = ("gather_for_metrics_after_train",)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _launch(side: str, output_dir: Path) -> subprocess.Popen:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT")
-    }
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false")
-    command = [
-        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD_SIZE}",
-        f"--master_port={_free_port()}", str(SCRIPT), side, str(output_dir),
-    ]  # fmt: skip
-    return subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
 
 
 @pytest.fixture(scope="module")
 def launches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     """Per side, what each rank reported; both launches run at the same time."""
-    output_dir = tmp_path_factory.mktemp("accelerator_distributed")
-    processes = {side: _launch(side, output_dir) for side in ("ours", "reference")}
-    results = {}
-    for side, process in processes.items():
-        output, _ = process.communicate(timeout=600)
-        assert process.returncode == 0, f"{side} launch failed:\n{output[-6000:]}"
-        results[side] = [
-            pickle.loads((output_dir / f"{side}_rank{rank}.pkl").read_bytes()) for rank in range(WORLD_SIZE)
-        ]
-    return results
+    return side_by_side(SCRIPT, tmp_path_factory.mktemp("accelerator_distributed"), timeout=600)
 
 
 def _comparable(result: dict) -> dict:

@@ -73,8 +73,8 @@ def test_refused_field_fails_at_construction_naming_the_field(make_args):
     from hf_lightning import TrainingArguments
     from hf_lightning.engine.trainer import HFLightningTrainer
 
-    args = make_args(TrainingArguments, enable_jit_checkpoint=True)
-    with pytest.raises(ValueError, match="enable_jit_checkpoint"):
+    args = make_args(TrainingArguments, use_liger_kernel=True)
+    with pytest.raises(ValueError, match="use_liger_kernel"):
         HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(4))
     assert not os.path.exists(os.path.join(args.output_dir, "checkpoint-1"))
 
