@@ -17,8 +17,8 @@ import torch
 import transformers
 
 from tests.distributed.eval_script import EVAL_BATCH_SIZE, NUM_SAMPLES, TaggingData, make_model, pad_collate
+from tests.distributed.launching import free_port
 from tests.distributed.metrics_eval_script import run
-from tests.evaluation.test_distributed_eval import _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "distributed" / "metrics_eval_script.py"
@@ -37,7 +37,7 @@ def launch(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false")
     command = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD_SIZE}",
-        f"--master_port={_free_port()}", str(SCRIPT), str(output_dir),
+        f"--master_port={free_port()}", str(SCRIPT), str(output_dir),
     ]  # fmt: skip
     process = subprocess.run(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300
