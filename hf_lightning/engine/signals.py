@@ -4,11 +4,9 @@ Lightning's fit turns SIGTERM into an exit with status 0 and SIGINT into `System
 - SIGTERM without `enable_jit_checkpoint`: the process ends by the signal (exit status 143 in a shell, as a
   process without a handler), after one line on stderr; no traceback. A handler the user installed before
   `train()` (or SIG_IGN) is kept in place, as Lightning's is not.
-- SIGTERM with `enable_jit_checkpoint`: a request; at the next update boundary (`on_step_end`, or the epoch end)
-  the step is saved by the usual save path (after its log and evaluation) and training stops; `train()` returns
-  normally. Under
-  DDP every process learns of a request made on any of them through one small all-reduce per update (only while
-  this handler is installed), so all stop at the same step.
+- SIGTERM with `enable_jit_checkpoint`: the request of the facade's `JITCheckpointCallback`
+  (hf_lightning/engine/jit_checkpoint.py, which imports no Lightning), installed for the whole `train()` call and
+  again in place of Lightning's during fit; the checkpoint is taken at the next update boundary.
 - SIGINT: `KeyboardInterrupt` out of `train()` (`SystemExit` from Lightning's handling becomes it again).
 - Under SLURM with Lightning's auto-requeue (its `SLURMEnvironment` plugin), Lightning's own SIGTERM and
   requeue-signal handling stay in place; SIGUSR1 is never touched here.
@@ -24,66 +22,13 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from hf_lightning.callbacks import TrainerCallback
+from hf_lightning.engine.jit_checkpoint import JITCheckpointCallback
 from hf_lightning.engine.protocols import TrainerLike
-
-logger = logging.getLogger(__name__)
 
 TERMINATED_MESSAGE = (
     "hf_lightning: received SIGTERM during train(); the process ends now (exit status 143). Set "
     "enable_jit_checkpoint=True to save a checkpoint at the next update boundary first."
 )
-
-
-class JITCheckpointCallback(TrainerCallback):
-    """`enable_jit_checkpoint`: on SIGTERM, save a checkpoint at the next update boundary and stop training."""
-
-    def __init__(self, facade: TrainerLike):
-        self._facade = facade
-        self.requested = False
-        self.pending = False  # a checkpoint is due at this boundary's save
-
-    def request(self, signum: int, frame: Any) -> None:
-        """The SIGTERM handler: only records the request (the save happens at the next update boundary)."""
-        if not self.requested:
-            logger.info("SIGTERM received: a checkpoint will be saved at the next update boundary.")
-        self.requested = True
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        if self._agreed():
-            self._save_and_stop(control)
-        return control
-
-    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        if self._agreed():
-            self._save_and_stop(control)
-        return control
-
-    def _agreed(self) -> bool:
-        """Whether any process received SIGTERM: an all-reduce of the flag under DDP (every process calls it)."""
-        import torch.distributed as dist
-
-        requested = self.requested
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            import torch
-
-            device = getattr(getattr(self._facade.lightning_trainer, "strategy", None), "root_device", None)
-            flag = torch.tensor([int(requested)], device=device or "cpu")
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            requested = bool(flag.item())
-        return requested
-
-    def _save_and_stop(self, control: Any) -> None:
-        # The step's own save path writes it, after the step's log and evaluation, so the checkpoint's log history
-        # is complete; then the loop stops as after any `should_training_stop`.
-        self.requested = False
-        self.pending = True
-        logger.info(f"Saving the SIGTERM checkpoint at step {self._facade.state.global_step}, then stopping.")
-        control.should_training_stop = True
-
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        self.pending = False
-        return control
 
 
 class SignalBridge(pl.Callback):

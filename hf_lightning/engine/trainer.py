@@ -39,6 +39,7 @@ from hf_lightning.data.collate import pick_default_collator
 from hf_lightning.data.sized import has_length
 from hf_lightning.engine.accelerator import LightningAccelerator
 from hf_lightning.engine.input_checks import check_trainer_inputs
+from hf_lightning.engine.jit_checkpoint import JITCheckpointCallback
 from hf_lightning.engine.loss import (
     LabelSmoother,
     loss_shifts_labels,
@@ -170,11 +171,7 @@ class HFLightningTrainer(
 
         hf_callbacks, self.lightning_callbacks = _split_callbacks(callbacks)
         # As the reference: the SIGTERM checkpoint callback right after the flow callback, before the user's.
-        jit_callbacks = []
-        if args.enable_jit_checkpoint:  # engine/signals.py imports Lightning, which `import hf_lightning` must not
-            from hf_lightning.engine.signals import JITCheckpointCallback
-
-            jit_callbacks = [JITCheckpointCallback(self)]
+        jit_callbacks = [JITCheckpointCallback(self)] if args.enable_jit_checkpoint else []
         self.callback_handler = CallbackHandler(
             [DefaultFlowCallback] + jit_callbacks + hf_callbacks,
             self.model,

@@ -107,7 +107,7 @@ def _enable_jit_checkpoint(field: str, value: Any, ctx: Context) -> Decision:
         return honoured("facade: SIGTERM ends the process as without a handler (exit status 143)")
     return honoured(
         "facade: on SIGTERM a checkpoint at the next update boundary, then train() returns "
-        "(hf_lightning/engine/signals.py)"
+        "(hf_lightning/engine/jit_checkpoint.py, hf_lightning/engine/signals.py)"
     )
 
 
