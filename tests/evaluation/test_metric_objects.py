@@ -1,7 +1,7 @@
 """torchmetrics objects as `compute_metrics` (evaluation/metric_objects.py): the values equal the reference
 Trainer's with an equivalent numpy `compute_metrics` on the same tiny model, data and seed; states reset between
-evaluations; evaluate() gathers no predictions; best-model selection and early stopping read the values; the
-arguments without meaning for a metric object are refused.
+evaluations; evaluate() gathers no predictions, and eval_accumulation_steps changes no value; best-model selection
+and early stopping read the values; the arguments without meaning for a metric object are refused.
 """
 
 from __future__ import annotations
@@ -246,6 +246,36 @@ def test_evaluate_gathers_only_the_loss_and_predict_gathers_predictions(tmp_path
     assert predicted.metrics["test_accuracy"] == metrics["eval_accuracy"]
 
 
+def _timeless(metrics):
+    """Without the wall-clock values (`*_runtime`, `*_per_second`, `*_model_preparation_time`)."""
+    return {
+        k: v for k, v in metrics.items() if not any(w in k for w in ("runtime", "per_second", "preparation"))
+    }
+
+
+def test_eval_accumulation_steps_changes_no_value(tmp_path):
+    """With a metric object evaluate() offloads only its losses: the metric values and eval_loss are those without
+    eval_accumulation_steps; predict() offloads its predictions as with a callable, to the same arrays."""
+    data = classification_data(10, seed=1)
+    plain = _trainer(tmp_path / "plain", classification_metrics())
+    offloading = _trainer(tmp_path / "offloading", classification_metrics(), eval_accumulation_steps=1)
+    gathered = []
+    original = offloading._gather_for_metrics
+
+    def spy(data, is_loss=False):
+        gathered.append(is_loss)
+        return original(data, is_loss=is_loss)
+
+    offloading._gather_for_metrics = spy
+    expected = _timeless(plain.evaluate(data))
+    assert _timeless(offloading.evaluate(data)) == expected and 0 < expected["eval_accuracy"] < 1
+    assert gathered == [True, True, True]  # one loss per batch kept (and offloaded), nothing else
+    predicted, reference = offloading.predict(data), plain.predict(data)
+    assert _timeless(predicted.metrics) == _timeless(reference.metrics)
+    np.testing.assert_array_equal(predicted.predictions, reference.predictions)
+    np.testing.assert_array_equal(predicted.label_ids, reference.label_ids)
+
+
 class RowsAndDict(Metric):
     """Counts the rows it sees and computes a dict (reported under its keys)."""
 
@@ -310,6 +340,14 @@ def test_arguments_without_meaning_for_a_metric_object_are_refused(tmp_path):
     trainer.compute_metrics = MulticlassAccuracy(2)
     with pytest.raises(ValueError, match="include_for_metrics"):
         trainer.evaluate(classification_data(4))
+    with pytest.raises(ValueError, match="include_for_metrics"):
+        trainer.predict(classification_data(4))
+    trainer = _trainer(tmp_path, None, batch_eval_metrics=True)
+    trainer.compute_metrics = {"accuracy": MulticlassAccuracy(2)}
+    with pytest.raises(ValueError, match="batch_eval_metrics=True with a torchmetrics object"):
+        trainer.evaluate(classification_data(4))
+    with pytest.raises(ValueError, match="batch_eval_metrics=True with a torchmetrics object"):
+        trainer.predict(classification_data(4))
     with pytest.raises(ValueError, match=r"compute_metrics\['f1'\] is a function, not a torchmetrics Metric"):
         _trainer(tmp_path, {"accuracy": MulticlassAccuracy(2), "f1": numpy_classification})
 

@@ -12,6 +12,7 @@ import struct
 import time
 from collections import defaultdict
 
+import numpy as np
 import pytest
 from transformers.integrations.integration_utils import (
     INTEGRATION_TO_CALLBACK,
@@ -44,7 +45,7 @@ SUMMARY_ONLY = (
 )
 
 
-def _train(tmp_path, report_to, **kwargs):
+def _train(tmp_path, report_to, compute_metrics=None, **kwargs):
     """4 updates, a log at each, evaluations at steps 2 and 4, then one more evaluation after `train()`."""
     args = TrainingArguments(
         output_dir=str(tmp_path / "out"),
@@ -67,6 +68,7 @@ def _train(tmp_path, report_to, **kwargs):
         args=args,
         train_dataset=regression_data(8),
         eval_dataset=regression_data(4, seed=1),
+        compute_metrics=compute_metrics,
     )
     trainer.train()
     trainer.evaluate()  # logged after fit: the loggers must still receive it
@@ -147,6 +149,74 @@ def test_tensorboard_and_csv_hold_the_log_history(tmp_path):
                 from_csv[key].append((int(row["step"]), float(value)))
     _assert_series_equal(dict(from_csv), expected)  # CSV keeps full precision
     _assert_no_secret(str(tmp_path / "out"))
+
+
+def _tensorboard_and_csv_series(out_dir):
+    """key -> [(step, value), ...] as TensorBoard and the CSV logger hold them under `out_dir`."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (run_dir,) = glob.glob(str(out_dir / "runs" / "*"))
+    accumulator = EventAccumulator(run_dir)
+    accumulator.Reload()
+    scalars = {
+        tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]
+    }
+    (metrics_file,) = glob.glob(str(out_dir / "lightning_logs" / "*" / "metrics.csv"))
+    from_csv = defaultdict(list)
+    with open(metrics_file, newline="") as handle:
+        for row in csv.DictReader(handle):
+            for key, value in row.items():
+                if key != "step" and value != "":
+                    from_csv[key].append((int(row["step"]), float(value)))
+    return scalars, dict(from_csv)
+
+
+def _numpy_mse_mae(eval_prediction):
+    errors = eval_prediction.predictions - eval_prediction.label_ids
+    return {"mse": float((errors**2).mean()), "mae": float(np.abs(errors).mean())}
+
+
+def _untimed(mapping):
+    """Without the wall-clock keys (`*_runtime`, `*_per_second`, `*_model_preparation_time`): two runs differ."""
+    return {
+        key: value
+        for key, value in mapping.items()
+        if not any(word in key for word in ("runtime", "per_second", "preparation"))
+    }
+
+
+def test_metric_object_values_reach_the_loggers_as_a_numpy_compute_metrics_does(tmp_path):
+    """A torchmetrics compute_metrics and a numpy one computing the same metrics, on the same run: the same
+    log_history keys (eval_ prefix, a metric_key_prefix of evaluate()) and values, so TensorBoard and the CSV
+    logger hold the same series under the same names."""
+    from torchmetrics.regression import MeanAbsoluteError, MeanSquaredError
+
+    runs = {}
+    for side, compute_metrics in (
+        ("numpy", _numpy_mse_mae),
+        ("object", {"mse": MeanSquaredError(), "mae": MeanAbsoluteError()}),
+    ):
+        trainer = _train(tmp_path / side, ["tensorboard", "csv"], compute_metrics=compute_metrics)
+        trainer.evaluate(metric_key_prefix="holdout")
+        history = trainer.state.log_history
+        scalars, from_csv = _tensorboard_and_csv_series(tmp_path / side / "out")
+        expected = _expected_series(history, reference_rewrite_logs)
+        _assert_series_equal(scalars, expected, rel=1e-6)  # TensorBoard stores float32
+        _assert_series_equal(from_csv, expected)
+        runs[side] = history, from_csv
+
+    (numpy_history, numpy_csv), (object_history, object_csv) = runs["numpy"], runs["object"]
+    # Four evaluations each: steps 2 and 4 during train(), then evaluate() and evaluate(metric_key_prefix=...).
+    evaluations = [entry for entry in object_history if "eval_mse" in entry or "holdout_mse" in entry]
+    assert len(evaluations) == 4 and evaluations[-1]["holdout_mse"] > 0
+    assert [list(entry) for entry in object_history] == [list(entry) for entry in numpy_history]
+    for ours, theirs in zip(object_history, numpy_history):
+        assert _untimed(ours) == pytest.approx(_untimed(theirs), rel=1e-6)
+    assert sorted(object_csv) == sorted(numpy_csv)
+    assert {"eval/mse", "eval/mae", "train/holdout_mse", "train/holdout_mae"} <= set(object_csv)
+    for key, points in _untimed(numpy_csv).items():
+        assert [step for step, _ in object_csv[key]] == [step for step, _ in points], key
+        assert [value for _, value in object_csv[key]] == pytest.approx([v for _, v in points], rel=1e-6), key
 
 
 # Two logged optimizer steps on CPU, nothing saved: the run both before-train logging tests make.

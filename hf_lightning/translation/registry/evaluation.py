@@ -192,20 +192,31 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "eval_accumulation_steps",
         None,
-        always("facade: predictions moved to CPU every n eval steps"),
-        "offload predictions",
+        always(
+            "facade: predictions moved to CPU every n eval steps; with a torchmetrics compute_metrics "
+            "(hf_lightning/evaluation/metric_objects.py) evaluate() keeps no predictions, so only its losses are "
+            "offloaded and the metric values do not depend on it; predict() offloads as with a callable"
+        ),
+        "offload predictions; with a torchmetrics `compute_metrics`, `evaluate()` keeps none (only losses offloaded)",
     ),
     FieldEntry(
         "include_for_metrics",
         [],
-        always("facade: inputs / losses passed to compute_metrics"),
-        "extra inputs of compute_metrics",
+        always(
+            "facade: inputs / losses passed to a callable compute_metrics; with a torchmetrics object a non-empty "
+            "value is refused at construction (at evaluate() / predict() when compute_metrics is assigned later)"
+        ),
+        "extra inputs of compute_metrics; refused with a torchmetrics `compute_metrics` (it gets predictions, labels)",
     ),
     FieldEntry(
         "batch_eval_metrics",
         False,
-        always("facade: compute_metrics called per batch"),
-        "per-batch metrics",
+        always(
+            "facade: a callable compute_metrics called per batch; True with a torchmetrics object is refused at "
+            "construction (at evaluate() / predict() when compute_metrics is assigned later): it is already updated "
+            "per batch and computed once"
+        ),
+        "per-batch metrics; refused with a torchmetrics `compute_metrics` (already updated per batch)",
     ),
     FieldEntry(
         "save_only_model",
