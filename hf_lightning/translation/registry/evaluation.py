@@ -1,7 +1,7 @@
 """Registry entries: evaluation, metrics, saving, Hub, best model and resume, Seq2Seq generation.
 
-The checkpoint on SIGTERM has not landed (see `registry/features.py`): until then a value that would change
-what `train()` does is refused, and the default is accepted. The Hub fields are read by `integrations/hub.py`.
+The checkpoint on SIGTERM is served by `engine/jit_checkpoint.py` and `engine/signals.py`; the Hub fields are read
+by `integrations/hub.py`.
 """
 
 from __future__ import annotations
