@@ -6,7 +6,9 @@ TRL's function objects' code, with their `super()` cells pointing at the rebuilt
 globals binding `Trainer` / `TrainingArguments` / `SFTConfig` / ... to ours, so TRL's `__init__`,
 `compute_loss`, `log`, `_save_checkpoint` run as written, and everything they delegate to `super()` runs on
 hf_lightning's Trainer (Lightning's `fit`). Configs are TRL's dataclass fields re-declared over our
-`TrainingArguments`.
+`TrainingArguments`. A stock `trl.SFTConfig(...)` given to our `SFTTrainer` (each trainer's own kind) is read
+field by field into ours first (hf_lightning/trl/stock_configs.py), and `SFTTrainer` takes a plain
+`transformers.TrainingArguments` as TRL's does.
 """
 
 from __future__ import annotations
