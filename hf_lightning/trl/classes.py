@@ -23,11 +23,17 @@ _CHAIN = (
     trl.DPOConfig,
     trl.RewardConfig,
     trl.GRPOConfig,
+    trl.KTOConfig,
+    trl.RLOOConfig,
+    trl.DistillationConfig,
     _BaseTrainer,
     trl.SFTTrainer,
     trl.DPOTrainer,
     trl.RewardTrainer,
     trl.GRPOTrainer,
+    trl.KTOTrainer,
+    trl.RLOOTrainer,
+    trl.DistillationTrainer,
 )
 
 
@@ -57,6 +63,9 @@ _PAIRS = (
     (trl.DPOTrainer, trl.DPOConfig, False),
     (trl.RewardTrainer, trl.RewardConfig, False),
     (trl.GRPOTrainer, trl.GRPOConfig, False),
+    (trl.KTOTrainer, trl.KTOConfig, False),
+    (trl.RLOOTrainer, trl.RLOOConfig, False),
+    (trl.DistillationTrainer, trl.DistillationConfig, False),
 )
 
 for _trainer, _config, _converts in _PAIRS:

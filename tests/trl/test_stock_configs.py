@@ -34,6 +34,15 @@ CASES = {
     "reward_stock_config": (
         "RewardTrainer", "RewardConfig", "stock", tiny.preference_dataset, tiny.make_reward_model, {}, {},
     ),
+    "kto_stock_config": ("KTOTrainer", "KTOConfig", "stock", tiny.preference_dataset, _saved_model, {}, {}),
+    "rloo_stock_config": (
+        "RLOOTrainer", "RLOOConfig", "stock", _grpo_data, _saved_model, {"reward_funcs": reward_length},
+        {"max_steps": 2, "num_generations": 2, "max_completion_length": 8},
+    ),
+    "distillation_stock_config": (
+        "DistillationTrainer", "DistillationConfig", "stock", _grpo_data, tiny.make_model,
+        {"teacher_model": "seed 1"}, {"max_steps": 2, "max_completion_length": 8},
+    ),
     "grpo_stock_config": (
         "GRPOTrainer", "GRPOConfig", "stock", _grpo_data, tiny.make_model, {"reward_funcs": reward_length},
         {"max_steps": 2, "num_generations": 2, "max_completion_length": 8},
@@ -43,6 +52,11 @@ CASES = {
 
 def _model(factory, folder):
     return factory(folder) if factory is _saved_model else factory()
+
+
+def _fresh(kwargs):
+    """The trainer's keyword arguments, with a fresh teacher model for each run."""
+    return {k: tiny.make_model(seed=1) if v == "seed 1" else v for k, v in kwargs.items()}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -57,7 +71,7 @@ def test_stock_config_trains_as_ours(tmp_path, name):
             warnings.filterwarnings("error", message=".*have no hf_lightning equivalent.*")
             runs[side] = harness.run(
                 "ours", tmp_path / side, dataset(), trainer=trainer, config=config, model=_model(model, tmp_path / f"{side}_model"),
-                trainer_kwargs=kwargs, config_side=config_side if side == "stock_args" else "ours", **fields,
+                trainer_kwargs=_fresh(kwargs), config_side=config_side if side == "stock_args" else "ours", **fields,
             )
     assert type(runs["stock_args"].trainer.args).__module__ == "hf_lightning.trl"
     assert type(runs["stock_args"].trainer.args).__name__ == config
@@ -72,7 +86,9 @@ def _plain(value):
     return value.value if isinstance(value, Enum) else value
 
 
-@pytest.mark.parametrize("config", ["SFTConfig", "DPOConfig", "RewardConfig", "GRPOConfig"])
+@pytest.mark.parametrize(
+    "config", ["SFTConfig", "DPOConfig", "RewardConfig", "GRPOConfig", "KTOConfig", "RLOOConfig", "DistillationConfig"]
+)
 def test_every_field_value_is_carried(tmp_path, config):
     import trl
 
@@ -80,7 +96,9 @@ def test_every_field_value_is_carried(tmp_path, config):
     from hf_lightning.trl.stock_configs import as_our_config
 
     extra = {"SFTConfig": {"max_length": 7, "packing": True}, "DPOConfig": {"beta": 0.3, "loss_type": "ipo"},
-             "RewardConfig": {"center_rewards_coefficient": 0.01}, "GRPOConfig": {"num_generations": 4}}[config]
+             "RewardConfig": {"center_rewards_coefficient": 0.01}, "GRPOConfig": {"num_generations": 4},
+             "KTOConfig": {"desirable_weight": 0.7}, "RLOOConfig": {"num_generations": 4, "beta": 0.1},
+             "DistillationConfig": {"beta": 0.25, "max_completion_length": 9}}[config]
     stock = getattr(trl, config)(
         output_dir=str(tmp_path), use_cpu=True, report_to="none", learning_rate=3e-4, lr_scheduler_type="cosine",
         warmup_steps=3, per_device_train_batch_size=4, logging_steps=5, seed=11, **extra,
@@ -145,8 +163,10 @@ def test_configs_trl_does_not_convert_are_refused_by_name(tmp_path):
 def test_init_is_trls_own_behind_the_conversion():
     import trl
 
-    from hf_lightning.trl import DPOTrainer, GRPOTrainer, RewardTrainer, SFTTrainer
+    import hf_lightning.trl
 
-    for ours, stock in ((SFTTrainer, trl.SFTTrainer), (DPOTrainer, trl.DPOTrainer),
-                        (RewardTrainer, trl.RewardTrainer), (GRPOTrainer, trl.GRPOTrainer)):
-        assert ours.__init__.__wrapped__.__code__ is stock.__init__.__code__
+    trainers = [name for name in hf_lightning.trl.__all__ if name.endswith("Trainer")]
+    assert len(trainers) == 7
+    for name in trainers:
+        ours, stock = getattr(hf_lightning.trl, name), getattr(trl, name)
+        assert ours.__init__.__wrapped__.__code__ is stock.__init__.__code__, name
