@@ -421,19 +421,30 @@ def as_training_arguments(obj: Any) -> TrainingArguments:
         return cls(**values)
     if _is_transformers_args(obj):
         cls = Seq2SeqTrainingArguments if _is_seq2seq(obj) else TrainingArguments
-        ours = {f.name for f in fields(cls)}
-        theirs = {f.name for f in fields(obj)} if hasattr(obj, "__dataclass_fields__") else set()
-        dropped = sorted(theirs - ours)
-        if dropped:
-            warnings.warn(
-                f"as_training_arguments: {type(obj).__name__} fields {dropped} have no hf_lightning equivalent "
-                "and are ignored.",
-                UserWarning,
-                stacklevel=2,
-            )
-        values = {f.name: _plain_value(f.name, getattr(obj, f.name)) for f in fields(cls) if f.init}
-        return cls(**values)
+        return fields_into(obj, cls, "as_training_arguments", stacklevel=3)
     raise ValueError(
         f"args: expected hf_lightning or transformers TrainingArguments, or a dict; got {type(obj).__name__}. "
         "Build the arguments with hf_lightning.TrainingArguments(...)."
     )
+
+
+def fields_into(obj: Any, cls: type, who: str, leave_out: frozenset[str] = frozenset(), stacklevel: int = 2) -> Any:
+    """``cls`` built from a transformers-style arguments object's values, read field by field with ``getattr``.
+
+    Fields ``obj`` has and ``cls`` lacks are named in a ``UserWarning`` (prefixed ``who``) and ignored; fields in
+    ``leave_out`` are left to ``cls``'s defaults (values its ``__post_init__`` derives from others)."""
+    ours = {f.name for f in fields(cls)}
+    theirs = {f.name for f in fields(obj)} if hasattr(obj, "__dataclass_fields__") else set()
+    dropped = sorted(theirs - ours)
+    if dropped:
+        warnings.warn(
+            f"{who}: {type(obj).__name__} fields {dropped} have no hf_lightning equivalent and are ignored.",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+    values = {
+        f.name: _plain_value(f.name, getattr(obj, f.name))
+        for f in fields(cls)
+        if f.init and f.name not in leave_out and hasattr(obj, f.name)
+    }
+    return cls(**values)

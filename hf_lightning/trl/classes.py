@@ -14,6 +14,7 @@ from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.engine.seeding import set_seed as seed_everything_the_reference_way
 from hf_lightning.engine.trainer import HFLightningTrainer
 from hf_lightning.trl.rebuild import rebuild_classes
+from hf_lightning.trl.stock_configs import accepting_stock_configs
 
 # TRL's classes, each after its base; configs first, so trainers' globals see the rebuilt configs.
 _CHAIN = (
@@ -22,13 +23,18 @@ _CHAIN = (
     trl.DPOConfig,
     trl.RewardConfig,
     trl.GRPOConfig,
+    trl.KTOConfig,
+    trl.RLOOConfig,
+    trl.DistillationConfig,
     _BaseTrainer,
     trl.SFTTrainer,
     trl.DPOTrainer,
     trl.RewardTrainer,
     trl.GRPOTrainer,
+    trl.KTOTrainer,
+    trl.RLOOTrainer,
+    trl.DistillationTrainer,
 )
-
 
 
 def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
@@ -50,3 +56,20 @@ BUILT = rebuild_classes(
     },
     module="hf_lightning.trl",
 )
+
+# Each trainer with its config, and whether TRL's __init__ turns a transformers TrainingArguments into that config.
+_PAIRS = (
+    (trl.SFTTrainer, trl.SFTConfig, True),
+    (trl.DPOTrainer, trl.DPOConfig, False),
+    (trl.RewardTrainer, trl.RewardConfig, False),
+    (trl.GRPOTrainer, trl.GRPOConfig, False),
+    (trl.KTOTrainer, trl.KTOConfig, False),
+    (trl.RLOOTrainer, trl.RLOOConfig, False),
+    (trl.DistillationTrainer, trl.DistillationConfig, False),
+)
+
+for _trainer, _config, _converts in _PAIRS:
+    _ours = BUILT[_trainer.__name__]
+    _ours.__init__ = accepting_stock_configs(
+        _ours.__init__, _trainer.__name__, _config, BUILT[_config.__name__], _converts
+    )

@@ -41,6 +41,15 @@ def classes(side: str, trainer: str, config: str) -> tuple[type, type]:
     return getattr(module, trainer), getattr(module, config)
 
 
+def config_class(side: str, config: str) -> type:
+    """The config class of `side`, or transformers' `TrainingArguments` for side "transformers"."""
+    if side == "transformers":
+        import transformers
+
+        return transformers.TrainingArguments
+    return classes(side, "SFTTrainer", config)[1]
+
+
 def checkpoint_files(out_dir: Path) -> dict[str, list[str]]:
     """checkpoint-N -> its sorted file names (our completion marker left out)."""
     return {
@@ -51,10 +60,13 @@ def checkpoint_files(out_dir: Path) -> dict[str, list[str]]:
 
 def run(
     side: str, out_dir: Path, train_dataset, *, trainer: str = "SFTTrainer", config: str = "SFTConfig",
-    model=None, resume_from_checkpoint: str | None = None, trainer_kwargs: dict | None = None, **fields,
+    model=None, resume_from_checkpoint: str | None = None, trainer_kwargs: dict | None = None,
+    config_side: str | None = None, **fields,
 ) -> Run:
-    """Train a fresh tiny model with `side`'s classes; `fields` override BASE_FIELDS."""
-    trainer_cls, config_cls = classes(side, trainer, config)
+    """Train a fresh tiny model with `side`'s classes; `fields` override BASE_FIELDS. The config is built from
+    `config_side`'s class (`side`'s unless given; "transformers": a plain `TrainingArguments`)."""
+    trainer_cls, _ = classes(side, trainer, config)
+    config_cls = config_class(config_side or side, config)
     # A base field the config does not have (GRPOConfig has no max_length) is left out.
     base = {k: v for k, v in BASE_FIELDS.items() if k in config_cls.__dataclass_fields__}
     args = config_cls(output_dir=str(out_dir), **{**base, **fields})
