@@ -135,7 +135,12 @@ def main(side: str, out_dir: str) -> None:
 
         try:
             data = padded_lm_data(4, vocab=VOCAB)
-            trainer_cls(model=make_tiny_gpt2(), args=_arguments(side, out_dir, "gpt2"), train_dataset=data, eval_dataset=data)
+            trainer_cls(
+                model=make_tiny_gpt2(),
+                args=_arguments(side, out_dir, "gpt2"),
+                train_dataset=data,
+                eval_dataset=data,
+            )
         except ValueError as error:
             results["gpt2_refusal"] = str(error)
     if int(os.environ.get("RANK", "0")) == 0:

@@ -27,7 +27,11 @@ def runs(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("tp")
     ours = launch(SCRIPT, "ours", out_dir)
     reference = subprocess.run(
-        [sys.executable, str(SCRIPT), "ref", str(out_dir)], cwd=ROOT, capture_output=True, text=True, timeout=600
+        [sys.executable, str(SCRIPT), "ref", str(out_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert reference.returncode == 0, reference.stderr[-4000:]
     output, _ = ours.communicate(timeout=600)
@@ -49,7 +53,10 @@ def _assert_same_history(
         )
         for key in keys:
             if key in ref_entry:
-                assert our_entry[key] == pytest.approx(ref_entry[key], rel=1e-5, abs=1e-7), (our_entry["step"], key)
+                assert our_entry[key] == pytest.approx(ref_entry[key], rel=1e-5, abs=1e-7), (
+                    our_entry["step"],
+                    key,
+                )
 
 
 def _assert_same_weights(ours: dict, reference: dict) -> None:
@@ -81,8 +88,12 @@ def test_checkpoints_hold_the_full_weights(runs):
     listing = ours["run"]["checkpoints"]["checkpoint-2"]
     for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json", "config.json"):
         assert name in listing
-    ours_weights = safetensors.torch.load_file(out_dir / "ours" / "run" / "checkpoint-2" / "model.safetensors")
-    reference_weights = safetensors.torch.load_file(out_dir / "ref" / "run" / "checkpoint-2" / "model.safetensors")
+    ours_weights = safetensors.torch.load_file(
+        out_dir / "ours" / "run" / "checkpoint-2" / "model.safetensors"
+    )
+    reference_weights = safetensors.torch.load_file(
+        out_dir / "ref" / "run" / "checkpoint-2" / "model.safetensors"
+    )
     assert set(ours_weights) == set(reference_weights)
     for key, value in reference_weights.items():
         assert ours_weights[key].shape == value.shape  # unsharded
@@ -101,7 +112,9 @@ def test_resuming_a_tp_run_from_its_checkpoint_repeats_it(runs):
     # The resumed run started from other weights (seed 1): the checkpoint's weights and optimizer replaced them.
     # Its first entries come back from trainer_state.json, whose keys are sorted.
     resumed, run = ours["resumed"]["log_history"], ours["run"]["log_history"]
-    _assert_same_history(resumed, run, key_order=False, keys=tuple(key for key in KEYS if key != "train_loss"))
+    _assert_same_history(
+        resumed, run, key_order=False, keys=tuple(key for key in KEYS if key != "train_loss")
+    )
     # train_loss averages the steps this train() call ran (steps 3 and 4), as the reference's does.
     losses = {entry["step"]: entry["loss"] for entry in run if "loss" in entry}
     assert resumed[-2]["train_loss"] == pytest.approx((losses[3] + losses[4]) / 2, rel=1e-6)

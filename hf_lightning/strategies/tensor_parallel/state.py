@@ -84,7 +84,8 @@ def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     state = optimizer.state_dict()
     return {
         "state": {
-            index: {name: _full(value) for name, value in entry.items()} for index, entry in state["state"].items()
+            index: {name: _full(value) for name, value in entry.items()}
+            for index, entry in state["state"].items()
         },
         "param_groups": state["param_groups"],
     }
@@ -94,7 +95,8 @@ def load_full_optimizer_state(optimizer: torch.optim.Optimizer, state: Mapping[s
     """Load a `full_optimizer_state` into the same run's optimizer: each full tensor sliced like its parameter."""
     saved_groups = state["param_groups"]
     if len(saved_groups) != len(optimizer.param_groups) or any(
-        len(saved["params"]) != len(group["params"]) for saved, group in zip(saved_groups, optimizer.param_groups)
+        len(saved["params"]) != len(group["params"])
+        for saved, group in zip(saved_groups, optimizer.param_groups)
     ):
         raise ValueError(
             "the checkpoint's optimizer state does not match this run's parameter groups; resume a tensor-parallel "
@@ -123,7 +125,9 @@ def _local_square_sum(grads: Iterable[torch.Tensor]) -> torch.Tensor:
     return total
 
 
-def clip_tp_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float, inv_scale: float | None = None) -> torch.Tensor:
+def clip_tp_grad_norm(
+    parameters: Iterable[torch.Tensor], max_norm: float, inv_scale: float | None = None
+) -> torch.Tensor:
     """Clip the gradients of a tensor-parallel model at `max_norm` by their total 2-norm over every shard (the
     one-process norm), and return that pre-clip norm. Sharded DTensor gradients are reduced across the
     tensor-parallel ranks; replicated ones and plain tensors (identical on every rank) count once."""

@@ -43,7 +43,9 @@ class HFTensorParallelStrategy(ModelParallelStrategy):
             _broadcast_rank0_states(model)
             from transformers.distributed.tensor_parallel import apply_tensor_parallelism
 
-            apply_tensor_parallelism(model, self.device_mesh["tensor_parallel"], resolved_tp_plan(model, self.tp_size))
+            apply_tensor_parallelism(
+                model, self.device_mesh["tensor_parallel"], resolved_tp_plan(model, self.tp_size)
+            )
             # What transformers sets on a model it split at load time; the reference's get_tp_size reads it.
             model._tp_size = self.tp_size
             model._device_mesh = self.device_mesh
