@@ -558,7 +558,7 @@ def _shared_token() -> str:
 
 
 def _tensor_parallel(trainer: Any) -> bool:
-    """Whether the trainer's model holds DTensor shards of a tensor-parallel plan (parallelism_config.tp_size)."""
+    """Whether the trainer's model holds DTensor shards of a tensor-parallel plan (parallelism_config)."""
     if not callable(getattr(trainer, "get_tp_size", None)) or trainer.get_tp_size() <= 1:
         return False
     from hf_lightning.strategies.tensor_parallel.state import is_tp_sharded

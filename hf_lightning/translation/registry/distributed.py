@@ -46,13 +46,13 @@ def fsdp_config(args: Any) -> dict[str, Any]:
 
 
 def select_strategy(args: Any, env: Environment) -> str:
-    """Which Lightning strategy the run needs: single, ddp, fsdp (v1), fsdp2, deepspeed or tp (tensor parallel)."""
+    """Which Lightning strategy the run needs: single, ddp, fsdp (v1), fsdp2, deepspeed or tp."""
     if getattr(args, "fsdp", None):
         return "fsdp2" if int(fsdp_config(args).get("version", 2)) == 2 else "fsdp"
     if getattr(args, "deepspeed", None):
         return "deepspeed"
     if tensor_parallel_size(getattr(args, "parallelism_config", None)) > 1:
-        return "tp"  # the model's tp plan on ModelParallelStrategy's mesh (hf_lightning/translation/parallelism.py)
+        return "tp"  # the model's tp plan on the mesh (hf_lightning/translation/parallelism.py)
     if shards_parameters(getattr(args, "parallelism_config", None)):
         return "fsdp2"  # dp_shard_size > 1: FSDP2 over the mesh (hf_lightning/translation/parallelism.py)
     if env.is_distributed_launch and env.world_size > 1:
@@ -313,10 +313,12 @@ def _tensor_parallel_decision(tp_size: int, how: str, ctx: Context) -> Decision:
     if ctx.accelerator == "mps":
         return refused(f"{field}: tensor parallelism does not run on Apple MPS; run on CUDA GPUs or CPU")
     if ctx.get("torch_compile"):
-        return refused(f"{field} with torch_compile is not supported yet by hf_lightning; set torch_compile=False")
+        return refused(
+            f"{field} with torch_compile is not supported yet by hf_lightning; set torch_compile=False"
+        )
     return honoured(
-        how + "; HFTensorParallelStrategy (hf_lightning.strategies.tensor_parallel.strategy); the model's plan is "
-        "checked when the Trainer is built",
+        how + "; HFTensorParallelStrategy (hf_lightning.strategies.tensor_parallel.strategy); the model's "
+        "plan is checked when the Trainer is built",
         strategy={"tensor_parallel_size": tp_size},
     )
 
