@@ -159,12 +159,12 @@ class HFLightningTrainer(
 
         # Refusals of unsupported fields surface here, before any training starts.
         self.plan = translate(args)
-        if self.get_tp_size() > 1:  # the model's tensor-parallel plan, before any training
-            from hf_lightning.strategies.tensor_parallel.plans import tp_model_refusal
+        from hf_lightning.strategies.tensor_parallel.plans import tp_model_refusal
 
-            refusal = tp_model_refusal(model, self.get_tp_size())
-            if refusal:
-                raise ValueError(refusal)
+        # The model's tensor-parallel plan, or a model split at load without tp_size: before training.
+        refusal = tp_model_refusal(model, self.get_tp_size())
+        if refusal:
+            raise ValueError(refusal)
         fold_num_steps_into_arguments(args)
         # The planned settings the facade keeps under the reference's attribute names.
         self.label_smoother = self._build_label_smoother()

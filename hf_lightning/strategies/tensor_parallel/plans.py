@@ -30,10 +30,24 @@ def _head_counts(model: nn.Module) -> dict[str, int]:
 
 
 def tp_model_refusal(model: nn.Module | None, tp_size: int) -> str | None:
-    """Why `model` cannot be split over `tp_size` ranks (naming `parallelism_config.tp_size`); None if it can."""
+    """Why `model` cannot be split over `tp_size` ranks (naming `parallelism_config.tp_size`), or why a model
+    split at load needs tp_size set; None if the run can go on."""
+    split_at_load = getattr(model, "_tp_size", None)
+    if tp_size <= 1:
+        if isinstance(split_at_load, int) and split_at_load > 1:
+            return (
+                f"the model was split over {split_at_load} tensor-parallel ranks when it was loaded "
+                "(from_pretrained tp_plan / distributed_config), but parallelism_config.tp_size is not set; pass "
+                f"parallelism_config=ParallelismConfig(tp_size={split_at_load}), or load the model without tp_plan"
+            )
+        return None
     if model is None:
-        return None  # model_init: checked when the model is built
+        return None
     field = f"parallelism_config.tp_size={tp_size}"
+    if isinstance(split_at_load, int) and split_at_load not in (1, tp_size):
+        return (
+            f"{field}, but the model was split over {split_at_load} ranks when it was loaded; make them equal"
+        )
     if not callable(getattr(model, "_resolve_parallel_plans", None)) or not _declared_plan(model):
         return (
             f"{field}: {type(model).__name__} has no tensor-parallel plan (transformers defines one as the config's "
