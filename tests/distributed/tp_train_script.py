@@ -28,6 +28,9 @@ COMMON = dict(
     save_steps=2,
     eval_strategy="steps",
     eval_steps=2,
+    # The best checkpoint (by eval_loss) is loaded back at the end: full weights into the DTensor shards.
+    load_best_model_at_end=True,
+    metric_for_best_model="eval_loss",
     use_cpu=True,
     report_to="none",
     disable_tqdm=True,

@@ -98,12 +98,25 @@ def test_checkpoints_hold_the_full_weights(runs):
     for key, value in reference_weights.items():
         assert ours_weights[key].shape == value.shape  # unsharded
         torch.testing.assert_close(ours_weights[key], value, rtol=1e-4, atol=5e-5)
-    # A one-process from_pretrained of the last checkpoint is the reference's final model.
+    # A one-process from_pretrained of the last checkpoint is the reference's model of that step.
     from transformers import LlamaForCausalLM
 
-    loaded = LlamaForCausalLM.from_pretrained(out_dir / "ours" / "run" / "checkpoint-4")
-    state = {key: value.to(torch.float64).flatten().tolist() for key, value in loaded.state_dict().items()}
-    _assert_same_weights(state, reference["weights"])
+    loaded = LlamaForCausalLM.from_pretrained(out_dir / "ours" / "run" / "checkpoint-4").state_dict()
+    reference_last = safetensors.torch.load_file(
+        out_dir / "ref" / "run" / "checkpoint-4" / "model.safetensors"
+    )
+    assert set(loaded) == set(reference_last)
+    for key, value in reference_last.items():
+        torch.testing.assert_close(loaded[key], value, rtol=1e-4, atol=5e-5)
+
+
+@pytest.mark.slow
+def test_the_best_checkpoint_is_loaded_back_into_the_shards(runs):
+    _, reference, ours = runs
+    # load_best_model_at_end: both runs pick the same checkpoint and end on its weights.
+    best = {entry["step"]: entry["eval_loss"] for entry in reference["log_history"] if "eval_loss" in entry}
+    assert min(best, key=best.get) == 2  # the first checkpoint: the final weights are not the last step's
+    _assert_same_weights(ours["run"]["weights"], reference["weights"])
 
 
 @pytest.mark.slow
