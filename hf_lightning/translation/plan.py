@@ -92,7 +92,7 @@ class StrategyPlan:
     static_graph: bool | None = None
     fsdp: FSDPDetails | None = None
     deepspeed: DeepSpeedDetails | None = None
-    # "tp" only: parallelism_config.tp_size, the mesh's tensor_parallel dimension (hf_lightning/translation/parallelism.py).
+    # "tp" only: parallelism_config.tp_size, the mesh's tensor_parallel dimension (translation/parallelism.py).
     tensor_parallel_size: int = 1
 
 

@@ -4,7 +4,6 @@ and the gradient norm over all shards for clipping."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -118,36 +117,36 @@ def load_full_optimizer_state(optimizer: torch.optim.Optimizer, state: Mapping[s
     optimizer.load_state_dict({"state": sliced, "param_groups": saved_groups})
 
 
-def _local_square_sum(grads: Iterable[torch.Tensor]) -> torch.Tensor:
-    total = torch.zeros((), dtype=torch.float32)
-    for grad in grads:
-        total = total + grad.detach().to(torch.float32).pow(2).sum().cpu()
-    return total
-
-
 def clip_tp_grad_norm(
     parameters: Iterable[torch.Tensor], max_norm: float, inv_scale: float | None = None
 ) -> torch.Tensor:
     """Clip the gradients of a tensor-parallel model at `max_norm` by their total 2-norm over every shard (the
     one-process norm), and return that pre-clip norm. Sharded DTensor gradients are reduced across the
-    tensor-parallel ranks; replicated ones and plain tensors (identical on every rank) count once."""
+    tensor-parallel ranks (one collective); replicated ones and plain tensors (identical on every rank) count
+    once. As `torch.nn.utils.clip_grad_norm_`: no host sync, a non-finite norm is returned, not raised."""
     dtensor = _dtensor_class()
-    parameters = [p for p in parameters if p.grad is not None]
-    sharded_sum = torch.zeros((), dtype=torch.float32)
-    plain = []
-    for parameter in parameters:
-        grad = parameter.grad
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    local = [g.to_local() if isinstance(g, dtensor) else g for g in grads]
+    device = local[0].device
+    total_square = torch.zeros((), dtype=torch.float32, device=device)
+    partial = None  # the sharded gradients' sum of squares, a Partial DTensor until reduced
+    for grad, local_grad in zip(grads, local):
         if isinstance(grad, dtensor) and any(placement.is_shard() for placement in grad.placements):
-            sharded_sum = sharded_sum + grad.detach().to(torch.float32).pow(2).sum().full_tensor().cpu()
+            square = grad.detach().to(torch.float32).pow(2).sum()
+            partial = square if partial is None else partial + square
         else:
-            plain.append(grad.to_local() if isinstance(grad, dtensor) else grad)
-    total = (sharded_sum + _local_square_sum(plain)).sqrt()
+            total_square = total_square + local_grad.detach().to(torch.float32).pow(2).sum().to(device)
+    if partial is not None:
+        total_square = total_square + partial.full_tensor().to(device)
+    total = total_square.sqrt()
     if inv_scale is not None:
         total = total * inv_scale
-    if max_norm != float("inf") and math.isfinite(float(total)):
-        coefficient = max_norm / (float(total) + 1e-6)
-        if coefficient < 1.0:  # fp16: the scaled gradients clipped by the same factor (unscale-then-clip)
-            with torch.no_grad():
-                for parameter in parameters:
-                    parameter.grad.mul_(coefficient)
+    if max_norm != float("inf"):
+        # fp16: the scaled gradients are clipped by the same factor (unscale-then-clip).
+        coefficient = (max_norm / (total + 1e-6)).clamp(max=1.0)
+        with torch.no_grad():
+            for local_grad in local:
+                local_grad.mul_(coefficient.to(local_grad.device, local_grad.dtype))
     return total
