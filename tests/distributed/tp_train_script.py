@@ -37,7 +37,7 @@ COMMON = dict(
 )
 
 
-def make_tiny_llama(seed: int = 0):
+def make_tiny_llama(seed: int = 0, tied: bool = False):
     """A two-layer Llama (transformers defines its tensor-parallel plan, `base_model_tp_plan`)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -54,6 +54,7 @@ def make_tiny_llama(seed: int = 0):
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,
+        tie_word_embeddings=tied,
     )
     return LlamaForCausalLM(config)
 
@@ -102,12 +103,13 @@ def _weights(trainer, side: str) -> dict:
 
 def main(side: str, out_dir: str) -> None:
     trainer_cls = __import__("transformers").Trainer if side == "ref" else __import__("hf_lightning").Trainer
-    names = ["run", "resumed"] if side == "ours" else ["run"]
+    # "tied": the LM head shares the embedding's weight (tie_word_embeddings), which stays shared once split.
+    names = ["run", "resumed", "tied"] if side == "ours" else ["run", "tied"]
     results = {}
     for name in names:
         args = _arguments(side, out_dir, name)
         # The resumed run starts from other weights: the checkpoint must replace them.
-        model = make_tiny_llama(seed=1 if name == "resumed" else 0)
+        model = make_tiny_llama(seed=1 if name == "resumed" else 0, tied=name == "tied")
         trainer = trainer_cls(
             model=model,
             args=args,
@@ -130,6 +132,9 @@ def main(side: str, out_dir: str) -> None:
             result["strategy"] = type(trainer.lightning_trainer.strategy).__name__
             result["tp_size"] = trainer.get_tp_size()
             result["dtensor_parameters"] = sum(isinstance(p, DTensor) for p in trainer.model.parameters())
+            result["tied_after_split"] = (
+                trainer.model.lm_head.weight is trainer.model.model.embed_tokens.weight
+            )
             result["total_train_batch_size"] = trainer.get_total_train_batch_size(trainer.args)
         results[name] = result
     if side == "ours":

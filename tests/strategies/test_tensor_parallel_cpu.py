@@ -83,6 +83,17 @@ def test_tp_run_matches_the_one_process_reference(runs):
 
 
 @pytest.mark.slow
+def test_tied_embeddings_stay_tied_once_split(runs):
+    out_dir, _, ours = runs
+    reference = json.loads((out_dir / "ref.json").read_text())["tied"]
+    tied = ours["tied"]
+    assert tied["tied_after_split"] is True
+    assert tied["dtensor_parameters"] == 15  # the LM head's weight is the embedding's
+    _assert_same_history(tied["log_history"], reference["log_history"])
+    _assert_same_weights(tied["weights"], reference["weights"])
+
+
+@pytest.mark.slow
 def test_checkpoints_hold_the_full_weights(runs):
     out_dir, reference, ours = runs
     listing = ours["run"]["checkpoints"]["checkpoint-2"]

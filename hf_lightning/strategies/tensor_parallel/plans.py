@@ -69,4 +69,7 @@ def resolved_tp_plan(model: nn.Module, tp_size: int) -> dict[str, str]:
 
     config: Any = DistributedConfig(tp_size=tp_size)
     tp_plan, _, _ = model._resolve_parallel_plans(config)
-    return tp_plan
+    # A tied output embedding's weight is the input embedding's (sharded by that entry): its own name is no
+    # parameter of the model, only its module keeps its forward style.
+    names = {name for name, _ in model.named_modules()} | {name for name, _ in model.named_parameters()}
+    return {name: style for name, style in tp_plan.items() if name in names}

@@ -43,14 +43,27 @@ class HFTensorParallelStrategy(ModelParallelStrategy):
             _broadcast_rank0_states(model)
             from transformers.distributed.tensor_parallel import apply_tensor_parallelism
 
-            apply_tensor_parallelism(
-                model, self.device_mesh["tensor_parallel"], resolved_tp_plan(model, self.tp_size)
-            )
+            tied = _tied_embeddings(model)
+            mesh = self.device_mesh["tensor_parallel"]
+            apply_tensor_parallelism(model, mesh, resolved_tp_plan(model, self.tp_size))
+            if tied:  # the input embedding's weight became a DTensor: the output embedding shares it again
+                model.get_output_embeddings().weight = model.get_input_embeddings().weight
             # What transformers sets on a model it split at load time; the reference's get_tp_size reads it.
             model._tp_size = self.tp_size
             model._device_mesh = self.device_mesh
         module.model = model
         facade.model = facade.model_wrapped = model
+
+
+def _tied_embeddings(model: nn.Module) -> bool:
+    """Whether the output embedding's weight is the input embedding's (`tie_word_embeddings`)."""
+    get_input = getattr(model, "get_input_embeddings", None)
+    get_output = getattr(model, "get_output_embeddings", None)
+    if not (callable(get_input) and callable(get_output)):
+        return False
+    inputs, outputs = get_input(), get_output()
+    weight = getattr(inputs, "weight", None)
+    return weight is not None and weight is getattr(outputs, "weight", None)
 
 
 def _broadcast_rank0_states(model: nn.Module) -> None:
