@@ -3,6 +3,7 @@
     python benchmarks/gpu_check.py                 # every case, one line each (about 5 minutes on one GPU)
     python benchmarks/gpu_check.py --cases bf16,fsdp2
     python benchmarks/gpu_check.py --cases parallelism_dp_shard   # one process per GPU, 2 GPUs or more
+    python benchmarks/gpu_check.py --cases parallelism_tp         # tp_size = GPUs (2, 4 or 8), a tiny Llama
 
 Each case runs in its own `torchrun --nproc_per_node=1` process (FSDP and DeepSpeed need a distributed
 launch): train 6 steps saving at step 3, then a fresh trainer resumes from `checkpoint-3` and must end on
@@ -65,8 +66,11 @@ _ZERO3 = {
 _BERT_LAYERS = {"transformer_layer_cls_to_wrap": ["BertLayer"]}
 # Stands for ParallelismConfig(dp_shard_size=WORLD_SIZE), built inside the worker (accelerate's class).
 _DP_SHARD_ALL = "dp_shard_size=world_size"
+# Stands for ParallelismConfig(tp_size=WORLD_SIZE): tensor parallelism over every GPU (a tiny Llama, whose
+# transformers tp plan splits its attention and MLP projections).
+_TP_ALL = "tp_size=world_size"
 # Cases run with one process per visible GPU (the others with one process); fewer GPUs than this: SKIP.
-MULTI_GPU_CASES = {"parallelism_dp_shard": 2, "parallelism_dp_shard_sharded": 2}
+MULTI_GPU_CASES = {"parallelism_dp_shard": 2, "parallelism_dp_shard_sharded": 2, "parallelism_tp": 2}
 
 # case -> (extra TrainingArguments, package it needs or None)
 CASES: dict[str, tuple[dict[str, Any], str | None]] = {
@@ -113,6 +117,9 @@ CASES: dict[str, tuple[dict[str, Any], str | None]] = {
         },
         "accelerate",
     ),
+    # parallelism_config(tp_size=every GPU): the Llama's tp plan on ModelParallelStrategy's mesh; checkpoints
+    # hold the full weights (model.safetensors) and the gathered optimizer state (optimizer.pt).
+    "parallelism_tp": ({"bf16": True, "parallelism_config": _TP_ALL}, "accelerate"),
     "deepspeed_zero2": ({"bf16": True, "gradient_accumulation_steps": 2, "deepspeed": _ZERO2}, "deepspeed"),
     "deepspeed_zero3": ({"bf16": True, "gradient_accumulation_steps": 2, "deepspeed": _ZERO3}, "deepspeed"),
 }
@@ -136,6 +143,34 @@ def _tiny_bert():
         attention_probs_dropout_prob=0.0,
     )
     return BertForSequenceClassification(config)
+
+
+def _tiny_llama():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=8,  # 8 query and key/value heads: tp_size 2, 4 or 8
+        num_key_value_heads=8,
+        max_position_embeddings=64,
+    )
+    return LlamaForCausalLM(config)
+
+
+def _lm_data(count: int = 96):
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 128, (count, 16), generator=generator)
+    return [
+        {"input_ids": ids[i], "attention_mask": torch.ones(16, dtype=torch.long), "labels": ids[i].clone()}
+        for i in range(count)
+    ]
 
 
 def _data(count: int = 96):
@@ -186,6 +221,10 @@ def _final_weights(trainer, output_dir: str) -> dict:
         from hf_lightning.strategies.fsdp.checkpoint import gather_full_state_dict
 
         state = gather_full_state_dict(trainer.model_wrapped)
+    elif trainer.get_tp_size() > 1:  # every rank gathers the DTensor shards
+        from hf_lightning.strategies.tensor_parallel.state import full_state_dict
+
+        state = full_state_dict(trainer.model)
     elif getattr(trainer, "is_deepspeed_enabled", False):
         from safetensors.torch import load_file
 
@@ -206,6 +245,13 @@ def run_case(name: str, out_dir: str) -> dict[str, Any]:
 
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         extra = {**extra, "parallelism_config": ParallelismConfig(dp_shard_size=world_size)}
+    tensor_parallel = extra.get("parallelism_config") == _TP_ALL
+    if tensor_parallel:
+        from accelerate.parallelism_config import ParallelismConfig
+
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        extra = {**extra, "parallelism_config": ParallelismConfig(tp_size=world_size)}
+    make_model, make_data = (_tiny_llama, _lm_data) if tensor_parallel else (_tiny_bert, _data)
     common = dict(
         per_device_train_batch_size=8,
         per_device_eval_batch_size=8,
@@ -222,10 +268,10 @@ def run_case(name: str, out_dir: str) -> dict[str, Any]:
 
     def build(output_dir: str):
         trainer = Trainer(
-            model=_tiny_bert(),
+            model=make_model(),
             args=TrainingArguments(output_dir=output_dir, **common),
-            train_dataset=_data(),
-            eval_dataset=_data(32),
+            train_dataset=make_data(),
+            eval_dataset=make_data(32),
             callbacks=[watch.callback()],
         )
         watch.trainer = trainer
@@ -288,7 +334,10 @@ def judge(result: dict[str, Any]) -> list[str]:
             )
         if not {"global_step3", "latest", "zero_to_fp32.py", "model.safetensors"} <= files:
             problems.append(f"checkpoint-3 holds {sorted(files)}")
-    if result["case"].startswith(("fsdp", "parallelism")):
+    if result["case"] == "parallelism_tp":
+        if result["wrapped"] != "LlamaForCausalLM" or not {"model.safetensors", "optimizer.pt"} <= files:
+            problems.append(f"model_wrapped {result['wrapped']}, checkpoint-3 holds {sorted(files)}")
+    elif result["case"].startswith(("fsdp", "parallelism")):
         expected = "pytorch_model_fsdp_0" if "sharded" in result["case"] else "pytorch_model_fsdp.bin"
         if expected not in files:
             problems.append(f"checkpoint-3 lacks {expected}: {sorted(files)}")

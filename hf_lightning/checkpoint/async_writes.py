@@ -239,10 +239,15 @@ class BackgroundCheckpointWriter:
 
     def submit(self, facade: Any, save: PendingSave) -> None:
         """Copy the state now and write it in the background (after the previous write, waited for). All ranks."""
-        if getattr(facade, "is_deepspeed_enabled", False) or getattr(facade, "is_fsdp_enabled", False):
+        tensor_parallel = callable(getattr(facade, "get_tp_size", None)) and facade.get_tp_size() > 1
+        if (
+            getattr(facade, "is_deepspeed_enabled", False)
+            or getattr(facade, "is_fsdp_enabled", False)
+            or tensor_parallel
+        ):
             raise ValueError(
                 "AsyncCheckpointIO in lightning_trainer_overrides['plugins'] supports single-process and DDP "
-                "runs; DeepSpeed and FSDP checkpoints gather across ranks while saving. Remove the plugin."
+                "runs; DeepSpeed, FSDP and tensor-parallel checkpoints gather across ranks while saving. Remove the plugin."
             )
         self.wait()
         group = self._rank_group()

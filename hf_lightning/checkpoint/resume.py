@@ -52,6 +52,11 @@ from hf_lightning.checkpoint.files import (
 from hf_lightning.engine.protocols import RunLike, TrainerLike
 from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
+from hf_lightning.strategies.tensor_parallel.state import (
+    is_tp_sharded,
+    load_full_optimizer_state,
+    load_full_state_dict,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +219,10 @@ def _load_model_weights(trainer: TrainerLike, checkpoint: str, present: list[str
         model.load_adapter(checkpoint, active_adapters[0], is_trainable=True)
         return
     state_dict = read_model_state_dict(checkpoint)
-    load_result = model.load_state_dict(state_dict, False)
+    if is_tp_sharded(model):  # a later train() call: the full weights sliced like the DTensor shards
+        load_result = load_full_state_dict(model, state_dict)
+    else:
+        load_result = model.load_state_dict(state_dict, False)
     del state_dict
     trainer._issue_warnings_after_load(load_result)
 
@@ -406,6 +414,12 @@ def load_optimizer_and_scheduler(
     names = files.names
     if is_fsdp_plan(trainer.plan):  # model, optimizer and scheduler into what the FSDP strategy wrapped
         fsdp_checkpoint.load_fsdp_resume_state(trainer, files)
+    elif OPTIMIZER_NAME in names and is_tp_sharded(trainer.model):  # full states, sliced like the parameters
+        optimizer = getattr(trainer.optimizer, "_optimizer", trainer.optimizer)
+        load_full_optimizer_state(optimizer, files.take(OPTIMIZER_NAME))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
+            trainer.lr_scheduler.load_state_dict(files.take(SCHEDULER_NAME))
     elif OPTIMIZER_NAME in names:
         trainer.optimizer.load_state_dict(files.take(OPTIMIZER_NAME, _optimizer_map_location(trainer.args)))
         with warnings.catch_warnings():

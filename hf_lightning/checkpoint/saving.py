@@ -274,6 +274,13 @@ class CheckpointMixin(MetricsIOMixin):
 
             save_deepspeed_optimizer_and_scheduler(self, output_dir)
             return
+        if _tensor_parallel(self):  # every rank gathers the shards; rank 0 writes a one-process optimizer.pt
+            from hf_lightning.strategies.tensor_parallel.state import full_optimizer_state
+
+            optimizer_state = full_optimizer_state(self.optimizer)
+            if self.args.should_save:
+                reach("optimizer")
+                torch.save(optimizer_state, os.path.join(output_dir, OPTIMIZER_NAME))
         fsdp = getattr(self, "is_fsdp_enabled", False)
         if fsdp:  # every rank: FSDP's model and optimizer files, named as accelerate names them
             from hf_lightning.strategies.fsdp.checkpoint import save_fsdp_model, save_fsdp_optimizer
@@ -282,7 +289,7 @@ class CheckpointMixin(MetricsIOMixin):
             save_fsdp_optimizer(self, output_dir)
         if not self.args.should_save:
             return
-        if not fsdp:
+        if not fsdp and not _tensor_parallel(self):
             reach("optimizer")
             torch.save(self.optimizer.state_dict(), os.path.join(output_dir, OPTIMIZER_NAME))
         reach("scheduler")
@@ -402,6 +409,13 @@ class CheckpointMixin(MetricsIOMixin):
             load_fsdp_model(self, best_dir)
             return
         model = self.model
+        if _tensor_parallel(self):  # the full weights, sliced like the DTensor shards
+            from hf_lightning.strategies.tensor_parallel.state import load_full_state_dict
+
+            state_dict = read_model_state_dict(best_dir)
+            if state_dict is not None:
+                self._issue_warnings_after_load(load_full_state_dict(model, state_dict))
+                return
         if is_peft_model(model) and any(
             os.path.exists(os.path.join(best_dir, name))
             for name in (ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME)
@@ -467,6 +481,10 @@ class CheckpointMixin(MetricsIOMixin):
             from hf_lightning.strategies.fsdp.checkpoint import save_fsdp_weights
 
             save_fsdp_weights(self, output_dir)
+        elif _tensor_parallel(self):  # all ranks gather the shards; rank 0 writes the full weights
+            from hf_lightning.strategies.tensor_parallel.state import full_state_dict
+
+            self._save(output_dir, state_dict=full_state_dict(self.model))
         else:
             self._save(output_dir)
         if self.args.push_to_hub and not _internal_call:
@@ -537,3 +555,12 @@ def _shared_token() -> str:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.broadcast_object_list(token, src=0)
     return token[0]
+
+
+def _tensor_parallel(trainer: Any) -> bool:
+    """Whether the trainer's model holds DTensor shards of a tensor-parallel plan (parallelism_config)."""
+    if not callable(getattr(trainer, "get_tp_size", None)) or trainer.get_tp_size() <= 1:
+        return False
+    from hf_lightning.strategies.tensor_parallel.state import is_tp_sharded
+
+    return is_tp_sharded(getattr(trainer, "model", None))

@@ -111,7 +111,8 @@ class HFLightningModule(pl.LightningModule):
         return self.model(*args, **kwargs)
 
     def configure_model(self) -> None:
-        """FSDP2 shards the user's model here, where Lightning expects it (hf_lightning/strategies/fsdp/policies.py); else a no-op."""
+        """FSDP2 shards the user's model here, where Lightning expects it (hf_lightning/strategies/fsdp/policies.py),
+        as does tensor parallelism (hf_lightning/strategies/tensor_parallel/strategy.py); else a no-op."""
         shard = getattr(self.trainer.strategy, "shard_user_model", None)
         if shard is not None:
             shard(self)

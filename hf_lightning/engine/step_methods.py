@@ -239,6 +239,12 @@ class TrainingStepMixin:
         )
         if is_fsdp1_model(model):  # the norm over every rank's shard, as accelerate's FSDP1 clipping
             return fsdp1_clip_grad_norm(model, max_norm, None if scaler is None else 1.0 / scaler.get_scale())
+        if self.get_tp_size() > 1:  # DTensor shards and plain (replicated) gradients: the one-process norm
+            from hf_lightning.strategies.tensor_parallel.state import clip_tp_grad_norm
+
+            return clip_tp_grad_norm(
+                parameters, max_norm, None if scaler is None else 1.0 / scaler.get_scale()
+            )
         if scaler is not None:
             # Lightning unscales inside `optimizer.step()`; measure on unscaled values and clip the scaled
             # gradients by the same factor, which is what unscale-then-clip does.

@@ -160,6 +160,12 @@ class HFLightningTrainer(
 
         # Refusals of unsupported fields surface here, before any training starts.
         self.plan = translate(args)
+        from hf_lightning.strategies.tensor_parallel.plans import tp_model_refusal
+
+        # The model's tensor-parallel plan, or a model split at load without tp_size: before training.
+        refusal = tp_model_refusal(model, self.get_tp_size())
+        if refusal:
+            raise ValueError(refusal)
         fold_num_steps_into_arguments(args)
         # The planned settings the facade keeps under the reference's attribute names.
         self.label_smoother = self._build_label_smoother()
@@ -368,8 +374,8 @@ class HFLightningTrainer(
             data_collator=self.data_collator,
             model=self.model,
             processing_class=self.processing_class,
-            world_size=self.args.world_size,
-            process_index=self.args.process_index,
+            world_size=self._data_parallel_layout()[0],
+            process_index=self._data_parallel_layout()[1],
             batch_size=self._train_batch_size,
             settings=self.plan.module,
             columns=self._kept_columns(),
@@ -404,8 +410,8 @@ class HFLightningTrainer(
             data_collator=self.data_collator,
             model=self.model,
             processing_class=self.processing_class,
-            world_size=self.args.world_size,
-            process_index=self.args.process_index,
+            world_size=self._data_parallel_layout()[0],
+            process_index=self._data_parallel_layout()[1],
             description=description,
             settings=self.plan.module,
             columns=self._kept_columns(),
@@ -431,8 +437,8 @@ class HFLightningTrainer(
             processing_class=self.processing_class,
             batch_size=batch_size,
             description=description,
-            world_size=self.args.world_size,
-            process_index=self.args.process_index,
+            world_size=self._data_parallel_layout()[0],
+            process_index=self._data_parallel_layout()[1],
             is_training=is_training,
             settings=self.plan.module,
             columns=self._kept_columns(),

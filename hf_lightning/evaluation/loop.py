@@ -201,6 +201,12 @@ class EvaluationMixin:
         keep_results = not args.batch_eval_metrics or description == "Prediction"
         # A torchmetrics object is updated per batch: evaluate() then gathers and keeps no predictions.
         streaming = streaming_metrics_for(self.compute_metrics, args)
+        if streaming is not None and self._eval_tp_size() > 1:
+            raise ValueError(
+                "compute_metrics as metric objects with parallelism_config.tp_size > 1 is not supported yet by "
+                "hf_lightning (their states would be synced over the tensor-parallel ranks, counting every sample "
+                "tp_size times); pass compute_metrics as a function of EvalPrediction instead"
+            )
         streamed_any = False
         if streaming is not None:
             streaming.reset()
@@ -217,7 +223,7 @@ class EvaluationMixin:
                     self._eval_on_last_batch = is_last_batch
                     if is_last_batch:
                         self._eval_last_batch_remainder = last_batch_remainder(
-                            dataloader, inputs, getattr(args, "world_size", 1)
+                            dataloader, inputs, self._eval_replicas()
                         )
                     observed_batch_size = find_batch_size(inputs)
                     if observed_batch_size is not None:
@@ -480,7 +486,7 @@ class EvaluationMixin:
         predictions, labels and inputs are always cut, so they hold exactly one row per sample
         (docs/divergences.md).
         """
-        if distributed.is_distributed():
+        if distributed.is_distributed() and not self._one_tensor_parallel_replica():
             if getattr(self.args, "eval_use_gather_object", False) or not distributed.all_tensors(data):
                 data = distributed.gather_object(data)
             else:
@@ -491,7 +497,21 @@ class EvaluationMixin:
 
     def _pad_across_processes(self, tensor: Any, dim: int = 1, pad_index: int = -100) -> Any:
         """Pad `tensor` on `dim` with `pad_index` to the widest of all processes; identity in a single process."""
+        if self._one_tensor_parallel_replica():  # nothing is gathered
+            return tensor
         return distributed.pad_across_processes(tensor, dim=dim, pad_index=pad_index)
+
+    def _eval_replicas(self) -> int:
+        """The processes that evaluate different samples: all of them, except that the tensor-parallel ranks of
+        a replica see the same batches, so a tensor-parallel run over every process gathers nothing."""
+        return max(1, getattr(self.args, "world_size", 1) // self._eval_tp_size())
+
+    def _eval_tp_size(self) -> int:
+        return self.get_tp_size() if callable(getattr(self, "get_tp_size", None)) else 1
+
+    def _one_tensor_parallel_replica(self) -> bool:
+        """Whether every process is a tensor-parallel rank of one replica: each holds every sample's results."""
+        return self._eval_tp_size() > 1 and self._eval_replicas() == 1
 
     def _prepare_distributed_evaluation(self, dataloader: Any) -> None:
         """Create the process group when launched with several processes (evaluate() may precede train())."""

@@ -128,8 +128,15 @@ class OptimizerMixin:
         return self._train_batch_size * self.plan.module.gradient_accumulation_steps * dp_world_size
 
     def get_tp_size(self) -> int:
-        """Tensor-parallel size (1: parallelism_config's tp_size > 1 is refused by the translation)."""
-        return 1
+        """Tensor-parallel size: parallelism_config's tp_size when the run is tensor parallel, else 1."""
+        strategy = getattr(getattr(self, "plan", None), "strategy", None)
+        return getattr(strategy, "tensor_parallel_size", 1) if strategy is not None else 1
+
+    def _data_parallel_layout(self) -> tuple[int, int]:
+        """(replicas, this process's replica): the tensor-parallel ranks of one replica read the same batches, as
+        accelerate deals them (`process_index // tp_size` of `world_size // tp_size`)."""
+        tp_size = self.get_tp_size()
+        return self.args.world_size // tp_size, self.args.process_index // tp_size
 
     def get_cp_size(self) -> int:
         """Context-parallel size (1)."""

@@ -49,6 +49,10 @@ def build_strategy(plan: Plan, model: Any) -> Any:
         from hf_lightning.strategies.fsdp.strategy import build_fsdp_strategy
 
         return build_fsdp_strategy(plan, model)
+    if name == "tp":
+        from hf_lightning.strategies.tensor_parallel.strategy import build_tp_strategy
+
+        return build_tp_strategy(plan)
     if name == "deepspeed":
         from hf_lightning.strategies.deepspeed.strategy import build_deepspeed_strategy
 

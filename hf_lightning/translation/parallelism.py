@@ -5,8 +5,13 @@ how each size maps onto the device mesh of Lightning's `ModelParallelStrategy`.
 |--------------------|---------------------------------|-------------------------------------------------------------------|
 | dp_shard_size      | FSDP: parameters sharded        | the mesh's `data_parallel` dimension, `fully_shard` (FSDP2)        |
 | dp_replicate_size  | replicas (HSDP with dp_shard)   | refused (Lightning's mesh has one data-parallel dimension)        |
-| tp_size            | tensor parallel                 | refused for now (see the reason below)                            |
+| tp_size            | tensor parallel                 | the mesh's `tensor_parallel` dimension: the model's own tp plan   |
+|                    |                                 | (`base_model_tp_plan`) applied as DTensor shards; alone only      |
 | cp_size / sp_size  | context / sequence parallel     | refused: the mesh has no such dimension                           |
+
+tp_size > 1 runs when it is the launch's world size (one data-parallel replica: every rank gets the same batches,
+`num_items_in_batch` is divided by tp_size, evaluation gathers nothing across the tensor-parallel ranks, checkpoints
+hold the full weights gathered on rank 0); tp_size with dp_shard_size > 1 is refused for now.
 
 All sizes 1 is the reference's "no parallelism config" (accelerate then fills dp_replicate with the process
 count, i.e. plain DDP), so the run's strategy is left as without it.
@@ -17,7 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SIZE_FIELDS", "mesh_description", "parallelism_refusal", "parallelism_sizes", "shards_parameters"]
+__all__ = [
+    "SIZE_FIELDS",
+    "mesh_description",
+    "parallelism_refusal",
+    "parallelism_sizes",
+    "shards_parameters",
+    "tensor_parallel_size",
+]
 
 SIZE_FIELDS = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size")
 
@@ -53,6 +65,15 @@ def shards_parameters(value: Any) -> bool:
     return sizes is not None and sizes["dp_shard_size"] > 1
 
 
+def tensor_parallel_size(value: Any) -> int:
+    """The config's tp_size (1 without a config or for a malformed one, which the translation refuses)."""
+    try:
+        sizes = parallelism_sizes(value)
+    except ValueError:
+        return 1
+    return 1 if sizes is None else sizes["tp_size"]
+
+
 def parallelism_refusal(sizes: Mapping[str, int], world_size: int) -> str | None:
     """Why these sizes cannot run on `world_size` processes under hf_lightning, naming the field; None if they can."""
     if all(size == 1 for size in sizes.values()):
@@ -64,11 +85,12 @@ def parallelism_refusal(sizes: Mapping[str, int], world_size: int) -> str | None
                 "(Lightning's ModelParallelStrategy mesh has data-parallel and tensor-parallel dimensions only); "
                 f"set {name}=1"
             )
-    if sizes["tp_size"] > 1:
+    if sizes["tp_size"] > 1 and (sizes["dp_shard_size"] > 1 or sizes["dp_replicate_size"] > 1):
+        other = "dp_shard_size" if sizes["dp_shard_size"] > 1 else "dp_replicate_size"
         return (
-            f"parallelism_config.tp_size={sizes['tp_size']}: tensor parallelism is not supported yet by hf_lightning "
-            "(the data path, the loss normalisation and the checkpoints do not yet treat tensor-parallel ranks "
-            "as one data-parallel replica); set tp_size=1 and shard with dp_shard_size instead"
+            f"parallelism_config.tp_size={sizes['tp_size']} with {other}={sizes[other]}: tensor parallelism "
+            "combined with data parallelism is not supported yet by hf_lightning (only tensor parallelism over "
+            f"every process runs); set {other}=1 and tp_size to the world size, or tp_size=1"
         )
     if sizes["dp_replicate_size"] > 1:
         if sizes["dp_shard_size"] == 1:
@@ -97,6 +119,12 @@ def mesh_description(sizes: Mapping[str, int], world_size: int) -> str:
     """How each size maps onto Lightning's device mesh, for explain()."""
     if all(size == 1 for size in sizes.values()):
         return "every size 1: no parallelism config (plain data parallelism, as in the reference)"
+    if sizes["tp_size"] > 1:
+        return (
+            f"ModelParallelStrategy mesh over {world_size} processes: data_parallel=1 (one replica: every rank "
+            f"gets the same batches), tensor_parallel={sizes['tp_size']} (tp_size: the model's tp plan, "
+            "colwise / rowwise DTensor shards of its linear layers)"
+        )
     return (
         f"ModelParallelStrategy mesh over {world_size} processes: data_parallel={sizes['dp_shard_size']} "
         f"(dp_shard_size: FSDP2 fully_shard on that dimension), tensor_parallel={sizes['tp_size']} (tp_size); "

@@ -82,7 +82,7 @@ class DeepSpeedDetails:
 class StrategyPlan:
     """The multi-process strategy: name, process-group options, DDP options set explicitly, details."""
 
-    name: str  # "ddp" | "fsdp" | "fsdp2" | "deepspeed"
+    name: str  # "ddp" | "fsdp" | "fsdp2" | "deepspeed" | "tp"
     process_group_backend: str | None = None
     timeout: timedelta | None = None
     # DDP only; None: not passed (find_unused_parameters None: resolved with the model).
@@ -92,6 +92,8 @@ class StrategyPlan:
     static_graph: bool | None = None
     fsdp: FSDPDetails | None = None
     deepspeed: DeepSpeedDetails | None = None
+    # "tp" only: parallelism_config.tp_size, the mesh's tensor_parallel dimension (translation/parallelism.py).
+    tensor_parallel_size: int = 1
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,8 @@ def _representative_plans(tmp_path) -> list[tuple[Plan, dict[str, set[str]]]]:
             ONE_GPU_DEEPSPEED,
         ),
         (_override(_arguments(tmp_path, use_cpu=True), bf16=True), CPU),
+        # parallelism_config.tp_size: the tensor-parallel strategy's mesh size.
+        (_override(_arguments(tmp_path, use_cpu=True), parallelism_config={"tp_size": 2}), DDP_2),
     ]
     merge = translate_module._merge
     plans = []

@@ -92,7 +92,7 @@ class Context:
     env: Environment
     features: Mapping[str, bool]
     accelerator: str  # "cpu" | "gpu" | "mps"
-    strategy_name: str  # "single" | "ddp" | "fsdp" | "fsdp2" | "deepspeed"
+    strategy_name: str  # "single" | "ddp" | "fsdp" | "fsdp2" | "deepspeed" | "tp"
     n_gpu: int  # the reference's `args.n_gpu`, computed from `env` (no device set-up)
 
     def get(self, name: str, default: Any = None) -> Any:

@@ -13,6 +13,7 @@ from hf_lightning.translation.parallelism import (
     parallelism_refusal,
     parallelism_sizes,
     shards_parameters,
+    tensor_parallel_size,
 )
 from hf_lightning.translation.plan import DeepSpeedDetails, FSDPDetails
 from hf_lightning.translation.registry.core import (
@@ -45,11 +46,13 @@ def fsdp_config(args: Any) -> dict[str, Any]:
 
 
 def select_strategy(args: Any, env: Environment) -> str:
-    """Which Lightning strategy the run needs: single, ddp, fsdp (v1), fsdp2 or deepspeed."""
+    """Which Lightning strategy the run needs: single, ddp, fsdp (v1), fsdp2, deepspeed or tp."""
     if getattr(args, "fsdp", None):
         return "fsdp2" if int(fsdp_config(args).get("version", 2)) == 2 else "fsdp"
     if getattr(args, "deepspeed", None):
         return "deepspeed"
+    if tensor_parallel_size(getattr(args, "parallelism_config", None)) > 1:
+        return "tp"  # the model's tp plan on the mesh (hf_lightning/translation/parallelism.py)
     if shards_parameters(getattr(args, "parallelism_config", None)):
         return "fsdp2"  # dp_shard_size > 1: FSDP2 over the mesh (hf_lightning/translation/parallelism.py)
     if env.is_distributed_launch and env.world_size > 1:
@@ -277,6 +280,8 @@ def parallelism_config_decision(field: str, value: Any, ctx: Context) -> Decisio
     if refusal:
         return refused(refusal)
     how = "hf_lightning/translation/parallelism.py: " + mesh_description(sizes, world_size)
+    if sizes["tp_size"] > 1:
+        return _tensor_parallel_decision(sizes["tp_size"], how, ctx)
     if sizes["dp_shard_size"] == 1:  # every size 1 (the others are refused): the run is as without it
         return not_applicable(how)
     if ctx.get("deepspeed"):
@@ -296,6 +301,25 @@ def parallelism_config_decision(field: str, value: Any, ctx: Context) -> Decisio
     return honoured(
         how + "; fsdp_config's defaults (wrap by the model's _no_split_modules, full state dict checkpoints)",
         strategy={"fsdp": details},
+    )
+
+
+def _tensor_parallel_decision(tp_size: int, how: str, ctx: Context) -> Decision:
+    """tp_size > 1 (the only size above 1): HFTensorParallelStrategy, or why not, naming the field."""
+    field = f"parallelism_config.tp_size={tp_size}"
+    for other in ("fsdp", "deepspeed"):
+        if ctx.get(other):
+            return refused(f"{field} and {other} are both set; tensor parallelism runs alone, remove {other}")
+    if ctx.accelerator == "mps":
+        return refused(f"{field}: tensor parallelism does not run on Apple MPS; run on CUDA GPUs or CPU")
+    if ctx.get("torch_compile"):
+        return refused(
+            f"{field} with torch_compile is not supported yet by hf_lightning; set torch_compile=False"
+        )
+    return honoured(
+        how + "; HFTensorParallelStrategy (hf_lightning.strategies.tensor_parallel.strategy); the model's "
+        "plan is checked when the Trainer is built",
+        strategy={"tensor_parallel_size": tp_size},
     )
 
 

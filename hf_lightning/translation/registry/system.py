@@ -183,7 +183,8 @@ ENTRIES: list[FieldEntry] = [
         "parallelism_config",
         None,
         parallelism_config_decision,
-        "dp_shard_size: FSDP2 on ModelParallelStrategy's mesh; tp / cp / sp / dp_replicate refused",
+        "dp_shard_size: FSDP2, tp_size: the model's tp plan, on ModelParallelStrategy's mesh; "
+        "cp / sp / dp_replicate refused",
     ),
     FieldEntry(
         "dataloader_drop_last",
