@@ -3,8 +3,8 @@
 An fsync's cost is mostly waiting for the disk. Three things shorten the wait and weaken nothing: every file and
 folder is still fsynced, each once, before the completion marker is written, exactly as before.
 
-- While a save serialises its files (`writeback_while_writing`), a thread asks the kernel every few milliseconds
-  to start writing out the pages written so far (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`, which neither
+- While a save serialises its files (`writeback_while_writing`), a thread asks the kernel every few milliseconds,
+  and as soon as a file is finished, to start writing out the pages written so far (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`, which neither
   waits nor makes anything durable by itself), so the disk works while the rest is serialised, including the rest
   of a big file, and the final fsync finds little left to write. Only a hint: where it is unavailable nothing
   happens, and a file it saw half written (one another process is still writing) is written out by the fsync.
@@ -130,23 +130,28 @@ class WritebackStarter:
 
 
 @contextlib.contextmanager
-def writeback_while_writing(folder: str) -> Iterator[WritebackStarter]:
-    """Within the block a thread starts writeback of `folder`'s new pages every few milliseconds; yields the
-    starter, to be called between the save's steps as well (a finished file starts at once)."""
+def writeback_while_writing(folder: str) -> Iterator[Callable[[], None]]:
+    """Within the block a thread starts writeback of `folder`'s new pages every few milliseconds. Yields a function
+    to call between the save's steps: it wakes the thread at once (the hint's own work, submitting the pages, then
+    runs off the saving thread, which goes on serialising)."""
     starter = WritebackStarter(folder)
     if not starter.enabled:
-        yield starter
+        yield lambda: None
         return
-    stop = threading.Event()
+    wake, stopping = threading.Event(), threading.Event()
 
     def run() -> None:
-        while not stop.wait(_WRITEBACK_INTERVAL_S) and starter.enabled:
-            starter()
+        while not stopping.is_set() and starter.enabled:
+            wake.wait(_WRITEBACK_INTERVAL_S)
+            wake.clear()
+            if not stopping.is_set():
+                starter()
 
     thread = threading.Thread(target=run, name="hf_lightning-writeback", daemon=True)
     thread.start()
     try:
-        yield starter
+        yield wake.set
     finally:
-        stop.set()
+        stopping.set()
+        wake.set()
         thread.join()
