@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,21 +34,31 @@ from benchmarks.workloads import Workload
 
 
 class FsyncTimer:
-    """Wraps `os.fsync` for the whole process and totals its calls between `reset()` and `read()`."""
+    """Wraps `os.fsync` for the whole process: between `reset()` and `read()`, the calls and the wall time during
+    which at least one fsync was in flight (fsyncs on several threads overlap: their union is what a save waits)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.calls = 0
+        self._active = 0
+        self._busy_since = 0.0
+        self._lock = threading.Lock()
         self._original = os.fsync
         os.fsync = self._timed_fsync
 
     def _timed_fsync(self, fd: int) -> None:
-        start = time.perf_counter()
+        with self._lock:
+            if self._active == 0:
+                self._busy_since = time.perf_counter()
+            self._active += 1
         try:
             self._original(fd)
         finally:
-            self.seconds += time.perf_counter() - start
-            self.calls += 1
+            with self._lock:
+                self._active -= 1
+                self.calls += 1
+                if self._active == 0:
+                    self.seconds += time.perf_counter() - self._busy_since
 
     def reset(self) -> None:
         self.seconds, self.calls = 0.0, 0

@@ -15,6 +15,8 @@ import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from hf_lightning.checkpoint.durability import fsync_directory
+
 PREFIX_CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_DIR_PATTERN = re.compile(r"^" + PREFIX_CHECKPOINT_DIR + r"\-(\d+)$")
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -521,29 +523,6 @@ def clean_scratch_folders(run_dir: str, token: str) -> list[str]:
 def temporary_checkpoint_dir(run_dir: str, global_step: int, token: str) -> str:
     """Where a save writes before its commit: a hidden sibling of the final folder, on the same filesystem."""
     return os.path.join(run_dir, f".{checkpoint_folder_name(global_step)}.tmp-{token}")
-
-
-def fsync_directory(path: str) -> None:
-    """Make a folder's entries (new, renamed or removed names) durable. No-op where folders cannot be opened."""
-    if os.name == "nt":
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(path: str) -> None:
-    """fsync every file under `path`, then every folder bottom-up, so the contents survive a power loss."""
-    for root, _, files in os.walk(path, topdown=False):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_directory(root)
 
 
 def write_complete_marker(path: str, global_step: int) -> None:

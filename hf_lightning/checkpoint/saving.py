@@ -19,6 +19,7 @@ from typing import Any
 
 from hf_lightning.args.enums import enum_value
 from hf_lightning.checkpoint.async_writes import PendingSave, background_writer_for
+from hf_lightning.checkpoint.durability import fsync_tree, writeback_while_writing
 from hf_lightning.checkpoint.files import (
     ADAPTER_SAFE_WEIGHTS_NAME,
     ADAPTER_WEIGHTS_NAME,
@@ -35,7 +36,6 @@ from hf_lightning.checkpoint.files import (
     clean_scratch_folders,
     commit_checkpoint,
     delete_checkpoint,
-    fsync_tree,
     get_last_checkpoint,
     is_complete_checkpoint,
     list_checkpoints,
@@ -220,19 +220,23 @@ class CheckpointMixin(MetricsIOMixin):
 
     def _write_checkpoint_files(self, temporary_dir: str, rng_dir: str | None = None) -> None:
         """Every file of one checkpoint into `temporary_dir` (model, optimizer, scheduler, scaler, RNG, state);
-        the RNG file into `rng_dir` when given."""
-        self.save_model(temporary_dir, _internal_call=True)
-        if not self.args.save_only_model:
-            self._save_optimizer_and_scheduler(temporary_dir)
-            self._save_scaler(temporary_dir)
-            self._save_rng_state(rng_dir or temporary_dir)
-        if self.args.should_save:
-            self._save_trainer_state(temporary_dir)
+        the RNG file into `rng_dir` when given. The disk starts writing them while the rest is serialised."""
+        with writeback_while_writing(temporary_dir) as start_writeback:
+            self.save_model(temporary_dir, _internal_call=True)
+            start_writeback()
+            if not self.args.save_only_model:
+                self._save_optimizer_and_scheduler(temporary_dir)
+                start_writeback()
+                self._save_scaler(temporary_dir)
+                self._save_rng_state(rng_dir or temporary_dir)
+            if self.args.should_save:
+                self._save_trainer_state(temporary_dir)
 
     def _commit_checkpoint_folder(self, temporary_dir: str, final_dir: str, token: str) -> None:
         """Make the written files durable, write the completion marker, rename the folder into place."""
         reach("fsync")
-        fsync_tree(temporary_dir)
+        # The folder's own entries are made durable once, by the marker's write, before the rename commits.
+        fsync_tree(temporary_dir, include_root=False)
         reach("marker")
         write_complete_marker(temporary_dir, self.state.global_step)
         commit_checkpoint(temporary_dir, final_dir, token)
