@@ -136,6 +136,18 @@ def main(side: str, out_dir: str) -> None:
                 trainer.model.lm_head.weight is trainer.model.model.embed_tokens.weight
             )
             result["total_train_batch_size"] = trainer.get_total_train_batch_size(trainer.args)
+            if name == "run":  # this rank's accelerator view of the mesh, one file per rank
+                accelerator = trainer.accelerator
+                mesh = accelerator.torch_device_mesh
+                facts = {
+                    "process_index": accelerator.process_index,
+                    "tensor_parallel_rank": accelerator.tensor_parallel_rank,
+                    "data_parallel_shard_rank": accelerator.data_parallel_shard_rank,
+                    "data_parallel_rank": accelerator.data_parallel_rank,
+                    "mesh": None if mesh is None else dict(zip(mesh.mesh_dim_names, mesh.shape)),
+                }
+                with open(os.path.join(out_dir, f"accelerator-{accelerator.process_index}.json"), "w") as handle:
+                    json.dump(facts, handle)
         results[name] = result
     if side == "ours":
         # GPT-2 has no tensor-parallel plan in transformers: refused when the Trainer is built.

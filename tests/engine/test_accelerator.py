@@ -137,12 +137,34 @@ def test_every_public_accelerate_name_is_there_or_says_what_to_use(tmp_path):
     accelerator = _trainer(tmp_path).accelerator
     unexplained = []
     for name in sorted(n for n in dir(accelerate.Accelerator) if not n.startswith("_")):
+        if name in _RANKS_NEEDING_A_PARALLELISM_CONFIG:
+            continue  # RuntimeError without parallelism_config, as in accelerate (the test below)
         try:
             getattr(accelerator, name)
         except AttributeError as error:
             if "no meaning under hf_lightning" not in str(error) and "not supported" not in str(error):
                 unexplained.append(name)
     assert unexplained == []
+
+
+_RANKS_NEEDING_A_PARALLELISM_CONFIG = ("data_parallel_rank", "data_parallel_shard_rank", "tensor_parallel_rank")
+
+
+def test_parallel_ranks_without_a_parallelism_config_raise_as_accelerates(tmp_path):
+    import accelerate
+
+    ours = _trainer(tmp_path).accelerator
+    theirs = accelerate.Accelerator(cpu=True)
+    for name in _RANKS_NEEDING_A_PARALLELISM_CONFIG:
+        for accelerator in (ours, theirs):
+            with pytest.raises(RuntimeError, match="Set `parallelism_config` first"):
+                getattr(accelerator, name)
+    assert ours.torch_device_mesh is None and theirs.torch_device_mesh is None
+
+
+def test_parallel_ranks_with_a_parallelism_config_of_ones_are_zero(tmp_path):
+    ours = _trainer(tmp_path, parallelism_config={"tp_size": 1, "dp_shard_size": 1}).accelerator
+    assert [getattr(ours, name) for name in _RANKS_NEEDING_A_PARALLELISM_CONFIG] == [0, 0, 0]
 
 
 @pytest.mark.parametrize(

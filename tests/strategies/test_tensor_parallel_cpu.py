@@ -83,6 +83,21 @@ def test_tp_run_matches_the_one_process_reference(runs):
 
 
 @pytest.mark.slow
+def test_the_accelerator_reports_each_ranks_place_on_the_mesh(runs):
+    out_dir, _, _ = runs
+    facts = [json.loads((out_dir / f"accelerator-{rank}.json").read_text()) for rank in (0, 1)]
+    for rank, fact in enumerate(facts):
+        # accelerate's meanings: the tp rank within the replica; no dp_shard / dp_replicate dimension, so 0.
+        assert fact == {
+            "process_index": rank,
+            "tensor_parallel_rank": rank,
+            "data_parallel_shard_rank": 0,
+            "data_parallel_rank": 0,
+            "mesh": {"data_parallel": 1, "tensor_parallel": 2},
+        }
+
+
+@pytest.mark.slow
 def test_tied_embeddings_stay_tied_once_split(runs):
     out_dir, _, ours = runs
     reference = json.loads((out_dir / "ref.json").read_text())["tied"]

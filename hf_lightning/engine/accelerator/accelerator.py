@@ -28,10 +28,11 @@ from hf_lightning.engine.accelerator.state import (
     GradientStateView,
 )
 from hf_lightning.engine.protocols import TrainerLike
+from hf_lightning.translation.parallelism import parallelism_sizes
 
 _NO_COMPOSABLE_PARALLELISM = (
-    "composable parallelism (parallelism_config: context / tensor / pipeline parallel meshes) is not supported; "
-    "use process_index / num_processes (data parallel over every process)"
+    "context / pipeline parallelism and accelerate's Ulysses adapter are not supported (parallelism_config takes "
+    "dp_shard_size and tp_size); use process_index / num_processes, tensor_parallel_rank, data_parallel_shard_rank"
 )
 # accelerate's names that Lightning's engine carries out itself: what to use instead.
 _OWNED_BY_THE_ENGINE = {
@@ -63,10 +64,7 @@ _OWNED_BY_THE_ENGINE = {
     "project_dir": "read TrainingArguments.output_dir",
     "logging_dir": "read TrainingArguments.logging_dir",
     "save_iteration": "read trainer.state.global_step",
-    "data_parallel_rank": _NO_COMPOSABLE_PARALLELISM,
-    "data_parallel_shard_rank": _NO_COMPOSABLE_PARALLELISM,
     "context_parallel_rank": _NO_COMPOSABLE_PARALLELISM,
-    "tensor_parallel_rank": _NO_COMPOSABLE_PARALLELISM,
     "pipeline_parallel_rank": _NO_COMPOSABLE_PARALLELISM,
     "deepspeed_ulysses_dl_adapter": _NO_COMPOSABLE_PARALLELISM,
     "fp8_backend": "fp8 training is not supported; use bf16=True or fp16=True",
@@ -137,7 +135,7 @@ class LightningAccelerator:
 
     @property
     def parallelism_config(self) -> Any:
-        """The arguments' `parallelism_config` (None: no context / tensor parallelism)."""
+        """The arguments' `parallelism_config` (None: plain data parallelism over every process)."""
         return self.state.parallelism_config
 
     @property
@@ -191,9 +189,37 @@ class LightningAccelerator:
         return False
 
     @property
-    def torch_device_mesh(self) -> None:
-        """None: no composable-parallelism mesh (parallelism_config is not supported)."""
-        return None
+    def torch_device_mesh(self) -> Any:
+        """The device mesh of Lightning's ModelParallelStrategy once `train()` set it up (dimensions
+        `data_parallel` x `tensor_parallel`, not accelerate's names); None otherwise."""
+        strategy = getattr(getattr(self._trainer, "lightning_trainer", None), "strategy", None)
+        return getattr(strategy, "_device_mesh", None)
+
+    # ---- parallelism_config ranks (accelerate's meanings) ------------------------------------------------
+    def _parallel_sizes(self, rank_name: str) -> dict[str, int]:
+        """parallelism_config's sizes; without one accelerate raises RuntimeError, and so do we."""
+        sizes = parallelism_sizes(self.parallelism_config)
+        if sizes is None:
+            raise RuntimeError(f"accelerator.{rank_name}: parallelism is not configured. Set `parallelism_config` first.")
+        return sizes
+
+    @property
+    def tensor_parallel_rank(self) -> int:
+        """This process's rank within its tensor-parallel group (0 when tp_size is 1)."""
+        tp_size = self._parallel_sizes("tensor_parallel_rank")["tp_size"]
+        return self.process_index % tp_size  # the mesh's tensor_parallel dimension is the inner one
+
+    @property
+    def data_parallel_shard_rank(self) -> int:
+        """This process's rank along the sharded data-parallel dimension (0 when dp_shard_size is 1)."""
+        sizes = self._parallel_sizes("data_parallel_shard_rank")
+        return self.process_index // sizes["tp_size"] if sizes["dp_shard_size"] > 1 else 0
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """This process's replica rank (always 0: dp_replicate_size > 1 is refused before training)."""
+        self._parallel_sizes("data_parallel_rank")
+        return 0
 
     @property
     def is_composable_parallelism_enabled(self) -> bool:
