@@ -18,7 +18,7 @@ from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from hf_lightning.engine.lean_profiler import is_pass_through_profiler
+from hf_lightning.engine.lean_lightning import is_pass_through_profiler
 
 __all__ = ["UpdateDispatch", "hook_dispatch_is_idle"]
 

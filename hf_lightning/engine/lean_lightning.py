@@ -1,10 +1,14 @@
-"""Lightning's default pass-through profiler without its per-hook context-manager machinery.
+"""Lightning's per-step machinery without two parts that can do nothing for this engine's fits.
 
-Lightning wraps every hook, strategy call and training batch in `trainer.profiler.profile(name)`, a
+The profiler: Lightning wraps every hook, strategy call and training batch in `trainer.profiler.profile(name)`, a
 `contextlib.contextmanager` generator that calls `start` / `stop`. With the default `PassThroughProfiler` both do
 nothing, yet each wrap costs about eight Python calls, some fourteen times per step (the `tiny` workload in
 benchmarks/). `LeanPassThroughProfiler` returns one shared no-op context instead; a profiler the user chose
 (`lightning_trainer_overrides={"profiler": ...}`, a subclass of the pass-through one included) is left alone.
+
+The scheduler updates: after every batch the epoch loop asks, twice, whether Lightning should step a scheduler;
+under manual optimization (always ours: the module steps the reference's scheduler itself) the answer is no
+after some ten calls. `LeanTrainingEpochLoop` answers it at once.
 """
 
 from __future__ import annotations
@@ -12,9 +16,16 @@ from __future__ import annotations
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.loops import _TrainingEpochLoop
 from lightning.pytorch.profilers import PassThroughProfiler
 
-__all__ = ["LeanPassThroughProfiler", "is_pass_through_profiler", "use_lean_profiler"]
+__all__ = [
+    "LeanPassThroughProfiler",
+    "LeanTrainingEpochLoop",
+    "is_pass_through_profiler",
+    "use_lean_epoch_loop",
+    "use_lean_profiler",
+]
 
 
 class _NoAction:
@@ -48,3 +59,19 @@ def use_lean_profiler(trainer: pl.Trainer) -> None:
     """Give `trainer` the lean profiler when it has Lightning's default one (nothing to record either way)."""
     if type(trainer.profiler) is PassThroughProfiler:
         trainer.profiler.__class__ = LeanPassThroughProfiler
+
+
+class LeanTrainingEpochLoop(_TrainingEpochLoop):
+    """`_TrainingEpochLoop` whose scheduler update returns at once under manual optimization."""
+
+    def update_lr_schedulers(self, interval: str, update_plateau_schedulers: bool) -> None:
+        # Lightning's `_update_learning_rates` returns without stepping anything under manual optimization.
+        if self.trainer.lightning_module.automatic_optimization:
+            super().update_lr_schedulers(interval, update_plateau_schedulers)
+
+
+def use_lean_epoch_loop(trainer: pl.Trainer) -> None:
+    """Give `trainer`'s fit loop the lean epoch loop, keeping the state `Trainer.__init__` configured on its own."""
+    loop = trainer.fit_loop.epoch_loop
+    if type(loop) is _TrainingEpochLoop:
+        loop.__class__ = LeanTrainingEpochLoop
