@@ -6,9 +6,10 @@ nothing, yet each wrap costs about eight Python calls, some fourteen times per s
 benchmarks/). `LeanPassThroughProfiler` returns one shared no-op context instead; a profiler the user chose
 (`lightning_trainer_overrides={"profiler": ...}`, a subclass of the pass-through one included) is left alone.
 
-The scheduler updates: after every batch the epoch loop asks, twice, whether Lightning should step a scheduler;
-under manual optimization (always ours: the module steps the reference's scheduler itself) the answer is no
-after some ten calls. `LeanTrainingEpochLoop` answers it at once.
+The epoch loop: after every batch it asks, twice, whether Lightning should step a scheduler, and whether to
+validate; under manual optimization (always ours: the module steps the reference's scheduler itself) and with a
+module that has no `validation_step` (the facade evaluates) both answers are no, after some ten calls each.
+`LeanTrainingEpochLoop` answers them at once, and skips the fetch profiling the lean profiler would ignore.
 """
 
 from __future__ import annotations
@@ -62,12 +63,27 @@ def use_lean_profiler(trainer: pl.Trainer) -> None:
 
 
 class LeanTrainingEpochLoop(_TrainingEpochLoop):
-    """`_TrainingEpochLoop` whose scheduler update returns at once under manual optimization."""
+    """`_TrainingEpochLoop` answering three per-batch questions at once when the answer cannot depend on the batch."""
 
     def update_lr_schedulers(self, interval: str, update_plateau_schedulers: bool) -> None:
         # Lightning's `_update_learning_rates` returns without stepping anything under manual optimization.
         if self.trainer.lightning_module.automatic_optimization:
             super().update_lr_schedulers(interval, update_plateau_schedulers)
+
+    def _should_check_val_fx(self, data_fetcher: Any) -> bool:
+        # Lightning validates only a module overriding `validation_step` (`Trainer.enable_validation`); the
+        # engine's module does not (the facade evaluates), so this is False unless a subclass does.
+        if type(self.trainer.lightning_module).validation_step is pl.LightningModule.validation_step:
+            return False
+        return super()._should_check_val_fx(data_fetcher)
+
+    def _on_before_fetch(self) -> None:
+        if type(self.trainer.profiler) is not LeanPassThroughProfiler:  # else `start` would do nothing
+            super()._on_before_fetch()
+
+    def _on_after_fetch(self) -> None:
+        if type(self.trainer.profiler) is not LeanPassThroughProfiler:
+            super()._on_after_fetch()
 
 
 def use_lean_epoch_loop(trainer: pl.Trainer) -> None:

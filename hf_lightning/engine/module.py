@@ -18,7 +18,7 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.strategies import Strategy
 
 import hf_lightning.engine.schedule as schedule
-from hf_lightning.checkpoint.files import reach
+from hf_lightning.checkpoint.files import faults_armed, reach
 from hf_lightning.engine.input_checks import empty_epoch_error
 from hf_lightning.engine.loss import UnusedItemCountProbe
 from hf_lightning.engine.precision import forward_autocast, planned_autocast_dtype
@@ -64,7 +64,7 @@ def _moved_to_device(batch: Any, device: torch.device) -> Any:
 class _FitView:
     """What one fit's steps read from Lightning and the plan, looked up once (fixed once the fit has started)."""
 
-    __slots__ = ("strategy", "root_device", "scaler", "plain_forward")
+    __slots__ = ("strategy", "root_device", "scaler", "plain_forward", "faults_armed")
 
     def __init__(self, module: HFLightningModule) -> None:
         trainer = module.trainer
@@ -83,6 +83,7 @@ class _FitView:
             and type(module)._forward_precision_context is _BASE_FORWARD_CONTEXT
             and type(module)._sync_context is _BASE_SYNC_CONTEXT
         )
+        self.faults_armed = faults_armed()  # the fault-injection tests' step points (checkpoint/files.py)
 
 
 _BATCH_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
@@ -196,8 +197,9 @@ class HFLightningModule(pl.LightningModule):
 
     def on_train_batch_end(self, *args: Any) -> None:
         # After every callback's `on_train_batch_end` (Lightning calls the module last): the step is logged,
-        # evaluated and saved. Fault tests stop the run here (checkpoint_files.reach).
-        reach(f"step:{self.facade.state.global_step}")
+        # evaluated and saved. Fault tests stop the run here (checkpoint_files.reach), armed before the fit.
+        if self._fit_view().faults_armed:
+            reach(f"step:{self._facade.state.global_step}")
 
     def on_train_epoch_end(self) -> None:
         self.facade._on_epoch_end(self.current_epoch, self._micro_batch_index)
