@@ -26,7 +26,7 @@ __all__ = [
 def enum_value(value: Any) -> Any:
     """An enum's value (ours, the reference's or any other), recursively through lists; else `value` itself."""
     if isinstance(value, Enum):
-        return value.value
+        return value._value_  # what `.value` returns, without its two descriptor calls (read on every step)
     if isinstance(value, list):
         return [enum_value(item) for item in value]
     return value

@@ -69,6 +69,12 @@ PAUSE_FDS_ENV = "HF_LIGHTNING_PAUSE_FDS"
 _times_reached: dict[str, int] = {}
 
 
+def faults_armed() -> bool:
+    """Whether `reach` could do anything now: a fault hook is installed or a kill / pause point is selected.
+    The training step reads it once per fit, so `step:<N>` points must be armed before `train()` starts."""
+    return _fault_hook is not None or bool(os.environ.get(KILL_AT_ENV) or os.environ.get(PAUSE_AT_ENV))
+
+
 def reach(point: str) -> None:
     """Mark that a save (or a step boundary) reached `point`; a fault test may raise, kill or pause there."""
     if _fault_hook is not None:

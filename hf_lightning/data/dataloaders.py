@@ -90,6 +90,10 @@ class HFDataLoader(DataLoader):
         return _SkipFirst(sampler, self._skipping_now) if self._skipping_now else sampler
 
     def __iter__(self) -> Iterator[Any]:
+        # Lazy, as a generator would be: the epoch and a resume skip are read when the first batch is drawn.
+        return one_batch_ahead(self._start_iteration, after_last=self._count_iteration)
+
+    def _start_iteration(self) -> Iterator[Any]:
         self.set_epoch(self.iteration)
         skip, self._skip_next_iteration = self._skip_next_iteration, 0
         replay = skip if isinstance(self.dataset, IterableDataset) else 0
@@ -103,23 +107,41 @@ class HFDataLoader(DataLoader):
             self._skipping_now = 0
         for _ in range(replay):
             if next(iterator, _EXHAUSTED) is _EXHAUSTED:
-                return
-        try:
-            current = next(iterator)
-        except StopIteration:
-            return
-        while True:
-            try:
-                upcoming = next(iterator)
-            except StopIteration:
-                yield current
-                break
-            yield current
-            current = upcoming
+                return iter(())  # the epoch ended inside the replayed batches: not a completed iteration
+        return iterator
+
+    def _count_iteration(self) -> None:
         self.iteration += 1
 
 
 _EXHAUSTED = object()
+
+
+def one_batch_ahead(
+    start: Callable[[], Iterator[Any]],
+    before_last: Callable[[Any], None] | None = None,
+    after_last: Callable[[], None] | None = None,
+) -> Iterator[Any]:
+    """Yield the items of `start()` (called when the first item is drawn), drawing each one ahead of time so the
+    last is known before it is yielded, as accelerate's prepared loaders do: `before_last(item)` runs just before
+    the last item is yielded, `after_last()` once the iteration is resumed after it (not for an empty one)."""
+    iterator = start()
+    try:
+        current = next(iterator)
+    except StopIteration:
+        return
+    while True:
+        try:
+            upcoming = next(iterator)
+        except StopIteration:
+            if before_last is not None:
+                before_last(current)
+            yield current
+            break
+        yield current
+        current = upcoming
+    if after_last is not None:
+        after_last()
 
 
 class _SkipFirst:

@@ -6,8 +6,9 @@ Ports of accelerate's `SeedableRandomSampler` and `BatchSamplerShard` and of tra
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from typing import Any
 
 import torch
@@ -41,17 +42,36 @@ class SeedableRandomSampler(RandomSampler):
         self.epoch = 0
 
     def __iter__(self) -> Iterator[int]:
+        # accelerate's generator, as C iterators (no Python frame per index: this sits on every sample the loader
+        # fetches). `chain` calls each part's `iter()` only when it gets there, so the permutation is drawn when
+        # the first index is asked for, and the epoch advances once it is exhausted, as the generator does.
+        return itertools.chain(_Deferred(self._permutation), _Deferred(self._advance_epoch))
+
+    def _permutation(self) -> list[int]:
         if self.generator is None:
             self.generator = _default_device_generator()
         self.generator.manual_seed(self.initial_seed + self.epoch)
-        # The whole permutation at once (the same draws, when iteration starts): one generator frame per index
-        # instead of two, as this sits on every sample the loader fetches.
-        yield from list(super().__iter__())
+        return list(super().__iter__())
+
+    def _advance_epoch(self) -> tuple[()]:
         self.set_epoch(self.epoch + 1)
+        return ()
 
     def set_epoch(self, epoch: int) -> None:
         """Select the permutation of epoch `epoch` (seed `initial_seed + epoch`)."""
         self.epoch = epoch
+
+
+class _Deferred:
+    """An iterable over what `produce()` returns, called when iteration reaches it (`chain` asks late)."""
+
+    __slots__ = ("produce",)
+
+    def __init__(self, produce: Callable[[], Iterable[int]]) -> None:
+        self.produce = produce
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.produce())
 
 
 def get_length_grouped_indices(

@@ -10,6 +10,8 @@ everything else, so a callback calling `pl_module.log(...)` is logged as before.
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning.pytorch as pl
 from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
 from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
@@ -28,6 +30,20 @@ class LeanLoggerConnector(_LoggerConnector):
         if trainer.state.stage is RunningStage.TRAINING:
             return trainer.fit_loop.epoch_loop._results
         return None
+
+    def on_batch_start(self, batch: Any, dataloader_idx: int | None = None) -> None:
+        results = self._training_results()
+        if results is None:
+            super().on_batch_start(batch, dataloader_idx)
+            return
+        # Lightning's own update, with the collection found directly rather than through `trainer._results`.
+        if self._first_loop_iter is None:
+            self._first_loop_iter = True
+        elif self._first_loop_iter is True:
+            self._first_loop_iter = False
+        results.batch = batch
+        results.batch_size = None
+        results.dataloader_idx = dataloader_idx
 
     def on_batch_end(self) -> None:
         results = self._training_results()

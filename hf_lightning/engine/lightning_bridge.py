@@ -77,6 +77,7 @@ def build_lightning_trainer(
     translation, except `callbacks`, which are added after the engine's.
     """
     from hf_lightning.engine.lean_logging import use_lean_logger_connector
+    from hf_lightning.engine.lean_lightning import use_lean_epoch_loop, use_lean_profiler
     from hf_lightning.integrations.loggers import build_loggers
 
     quiet_lightning_banners()
@@ -93,6 +94,8 @@ def build_lightning_trainer(
     kwargs = merge_lightning_overrides(kwargs, overrides or {})
     trainer = pl.Trainer(**kwargs)
     use_lean_logger_connector(trainer)
+    use_lean_profiler(trainer)
+    use_lean_epoch_loop(trainer)
     return trainer
 
 

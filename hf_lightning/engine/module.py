@@ -18,10 +18,10 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.strategies import Strategy
 
 import hf_lightning.engine.schedule as schedule
-from hf_lightning.checkpoint.files import reach
+from hf_lightning.checkpoint.files import faults_armed, reach
 from hf_lightning.engine.input_checks import empty_epoch_error
 from hf_lightning.engine.loss import UnusedItemCountProbe
-from hf_lightning.engine.precision import forward_autocast
+from hf_lightning.engine.precision import forward_autocast, planned_autocast_dtype
 from hf_lightning.engine.protocols import RunLike, TrainerLike
 from hf_lightning.engine.update_dispatch import UpdateDispatch
 from hf_lightning.strategies.fsdp.policies import gradient_sync_disabled
@@ -34,19 +34,56 @@ class _BatchIterator(Iterator):
     yields device batches, which is what `get_batch_samples` and user overrides expect.
     """
 
-    def __init__(self, lightning_iterator: Iterator, module: HFLightningModule):
+    def __init__(self, lightning_iterator: Iterator, module: HFLightningModule, fit: _FitView):
         self._lightning_iterator = lightning_iterator
         self._module = module
-        self._device = module.trainer.strategy.root_device if module._plain_batch_transfer() else None
+        self._device = fit.root_device if module._plain_batch_transfer() else None
 
     def __next__(self) -> Any:
         batch, _, _ = next(self._lightning_iterator)
         if self._device is not None:
             # What Lightning's three default transfer hooks amount to, without dispatching them.
-            return move_data_to_device(batch, self._device)
+            return _moved_to_device(batch, self._device)
         trainer = self._module.trainer
         batch = self._module._on_before_batch_transfer(batch, dataloader_idx=0)
         return trainer.strategy.batch_to_device(batch, dataloader_idx=0)
+
+
+def _moved_to_device(batch: Any, device: torch.device) -> Any:
+    """`move_data_to_device(batch, device)`; a dict of plain tensors already there gets its result, a new dict of
+    the same tensors, without the collection walk (the common case on one device)."""
+    if type(batch) is dict:
+        for value in batch.values():
+            if type(value) is not torch.Tensor or value.device != device:
+                break
+        else:
+            return dict(batch)
+    return move_data_to_device(batch, device)
+
+
+class _FitView:
+    """What one fit's steps read from Lightning and the plan, looked up once (fixed once the fit has started)."""
+
+    __slots__ = ("strategy", "root_device", "scaler", "plain_forward", "faults_armed")
+
+    def __init__(self, module: HFLightningModule) -> None:
+        trainer = module.trainer
+        self.strategy = trainer.strategy
+        self.root_device = self.strategy.root_device
+        # The AMP gradient scaler (fp16 only), set when the precision plugin is built.
+        self.scaler = getattr(trainer.precision_plugin, "scaler", None)
+        # Whether `_forward_precision_context` is a no-op (full precision, or the strategy owns it): then the
+        # window's last micro-batch runs with no context at all.
+        forward_is_plain = (
+            getattr(self.strategy, "owns_forward_precision", False)
+            or planned_autocast_dtype(module.facade.plan.module) is None
+        )
+        self.plain_forward = (
+            forward_is_plain
+            and type(module)._forward_precision_context is _BASE_FORWARD_CONTEXT
+            and type(module)._sync_context is _BASE_SYNC_CONTEXT
+        )
+        self.faults_armed = faults_armed()  # the fault-injection tests' step points (checkpoint/files.py)
 
 
 _BATCH_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
@@ -86,6 +123,7 @@ class HFLightningModule(pl.LightningModule):
         self._item_count_probe = UnusedItemCountProbe()
         self._plain_transfer: bool | None = None  # decided once the Lightning trainer is attached
         self._update_dispatch = UpdateDispatch()
+        self._fit: _FitView | None = None  # looked up at the first step of each fit
         # Whether this micro-batch closes the window (accelerate's `sync_gradients`; DeepSpeed reads it).
         self.sync_gradients = True
         # Whether the epoch's last batch has been drawn (accelerate's `gradient_state.end_of_dataloader`: true for
@@ -128,6 +166,12 @@ class HFLightningModule(pl.LightningModule):
 
     def on_train_start(self) -> None:
         self._update_dispatch.reset()  # this fit's callbacks, strategy and profiler decide it
+        self._fit = None
+
+    def _fit_view(self) -> _FitView:
+        if self._fit is None:
+            self._fit = _FitView(self)
+        return self._fit
 
     # ---- epochs -----------------------------------------------------------------------------
     def on_train_epoch_start(self) -> None:
@@ -154,8 +198,9 @@ class HFLightningModule(pl.LightningModule):
 
     def on_train_batch_end(self, *args: Any) -> None:
         # After every callback's `on_train_batch_end` (Lightning calls the module last): the step is logged,
-        # evaluated and saved. Fault tests stop the run here (checkpoint_files.reach).
-        reach(f"step:{self.facade.state.global_step}")
+        # evaluated and saved. Fault tests stop the run here (checkpoint_files.reach), armed before the fit.
+        if self._fit_view().faults_armed:
+            reach(f"step:{self._facade.state.global_step}")
 
     def on_train_epoch_end(self) -> None:
         self.facade._on_epoch_end(self.current_epoch, self._micro_batch_index)
@@ -164,9 +209,10 @@ class HFLightningModule(pl.LightningModule):
 
     # ---- one optimizer update ------------------------------------------------------------------
     def training_step(self, dataloader_iter: Iterator) -> None:
-        facade = self.facade
+        facade = self._facade
         run = self._run
-        epoch_iterator = _BatchIterator(dataloader_iter, self)
+        fit = self._fit_view()
+        epoch_iterator = _BatchIterator(dataloader_iter, self, fit)
         run.resume.skip_replayed_batches(dataloader_iter)
         update_index = run.updates_done_in_epoch
         num_batches = schedule.window_size(
@@ -184,6 +230,7 @@ class HFLightningModule(pl.LightningModule):
         facade.current_gradient_accumulation_steps = len(batch_samples)
         model = facade.model_wrapped
         probed_count = self._item_count_probe.arm(facade, num_items_in_batch, len(batch_samples))
+        last_index = len(batch_samples) - 1
         for index, inputs in enumerate(batch_samples):
             self._micro_batch_index += 1
             step = self._micro_batch_index
@@ -191,13 +238,19 @@ class HFLightningModule(pl.LightningModule):
             if step % self._ga == 0:
                 facade._fire("on_step_begin")
             self.sync_gradients = do_sync_step
-            with (
-                self._sync_context(is_last_in_window=index == len(batch_samples) - 1),
-                self._forward_precision_context(),
-            ):
+            if index == last_index and fit.plain_forward:
+                # Both contexts below would be null ones here: the window's last micro-batch always syncs.
                 loss_step = facade.training_step(
                     model, inputs, probed_count if index == 0 else num_items_in_batch
                 )
+            else:
+                with (
+                    self._sync_context(is_last_in_window=index == last_index),
+                    self._forward_precision_context(),
+                ):
+                    loss_step = facade.training_step(
+                        model, inputs, probed_count if index == 0 else num_items_in_batch
+                    )
             if index == 0:
                 self._item_count_probe.check(facade.model)
             facade._accumulate_loss(loss_step)
@@ -233,8 +286,9 @@ class HFLightningModule(pl.LightningModule):
         return forward_autocast(self.facade.model, self.facade.args, self.facade.plan.module)
 
     def _optimizer_update(self, micro_batch_index: int) -> None:
-        facade = self.facade
+        facade = self._facade
         run = self._run
+        fit = self._fit_view()
         optimizer = self.optimizers()
         grad_norm = facade._clip_grad_norm(facade.model_wrapped)
         facade._fire("on_pre_optimizer_step")
@@ -243,25 +297,28 @@ class HFLightningModule(pl.LightningModule):
         facade._fire("on_optimizer_step")
         learning_rate = facade._get_learning_rate()
         step_was_skipped = scale_before is not None and self._grad_scale() < scale_before
-        if getattr(self.trainer.strategy, "optimizer_step_was_skipped", False):  # DeepSpeed's fp16 overflow
+        if getattr(fit.strategy, "optimizer_step_was_skipped", False):  # DeepSpeed's fp16 overflow
             step_was_skipped = True
         if not step_was_skipped and not facade._scheduler_waits_for_metrics():
             facade.lr_scheduler.step()
         facade.model_wrapped.zero_grad()
         facade.state.global_step += 1
-        facade.state.epoch = schedule.epoch_float(
-            self.current_epoch, micro_batch_index, run.values.steps_in_epoch
-        )
+        epoch = self.current_epoch  # Lightning's epoch counter moves only between epochs
+        facade.state.epoch = schedule.epoch_float(epoch, micro_batch_index, run.values.steps_in_epoch)
         facade._fire("on_step_end")
         run.last_grad_norm, run.last_learning_rate = grad_norm, learning_rate
-        facade._maybe_log_save_evaluate(grad_norm, self.current_epoch, learning_rate=learning_rate)
+        facade._maybe_log_save_evaluate(grad_norm, epoch, learning_rate=learning_rate)
 
     def _grad_scale(self) -> float | None:
         """The AMP loss scale (fp16 only): a drop after `step()` means the scaler skipped the step."""
-        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
+        scaler = self._fit_view().scaler
         return None if scaler is None else float(scaler.get_scale())
 
     def backward_loss(self, loss: torch.Tensor) -> None:
         """Backward through Lightning, so precision plugins, strategies and hooks see it (direct when those
         would do nothing: hf_lightning/engine/update_dispatch.py)."""
         self._update_dispatch.backward(self, loss)
+
+
+_BASE_FORWARD_CONTEXT = HFLightningModule._forward_precision_context
+_BASE_SYNC_CONTEXT = HFLightningModule._sync_context

@@ -42,6 +42,9 @@ class SignalBridge(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         from lightning.fabric.plugins.environments import SLURMEnvironment
 
+        # Its only hook: leave Lightning's callback list, which is otherwise walked twice per batch. Rebinding the
+        # list (rather than removing from it) leaves the hook loop that is calling us undisturbed.
+        trainer.callbacks = [c for c in trainer.callbacks if c is not self]
         environment = trainer._accelerator_connector.cluster_environment
         if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
             return  # Lightning's requeue protocol owns SIGTERM there

@@ -499,7 +499,19 @@ class HFLightningTrainer(
         return data
 
     def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        inputs = self._prepare_input(inputs)
+        if (
+            type(inputs) is dict
+            and not self.is_deepspeed_enabled
+            and getattr(self._prepare_input, "__func__", None) is HFLightningTrainer._prepare_input
+        ):
+            # `_prepare_input`'s result, its recursion unrolled for a plain dict (every micro-batch comes here).
+            device = self.args.device
+            inputs = {
+                k: v.to(device=device) if type(v) is torch.Tensor else self._prepare_input(v)
+                for k, v in inputs.items()
+            }
+        else:
+            inputs = self._prepare_input(inputs)
         if len(inputs) == 0:
             raise ValueError(
                 "The batch received was empty, your model won't be able to train on it. Double-check that your "

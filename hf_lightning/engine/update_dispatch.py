@@ -15,9 +15,10 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.plugins.precision import Precision
-from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
+
+from hf_lightning.engine.lean_lightning import is_pass_through_profiler
 
 __all__ = ["UpdateDispatch", "hook_dispatch_is_idle"]
 
@@ -30,7 +31,7 @@ def hook_dispatch_is_idle(trainer: pl.Trainer) -> bool:
     strategy = trainer.strategy
     if type(strategy) is not SingleDeviceStrategy or type(strategy.precision_plugin) is not Precision:
         return False  # other strategies and precision plugins do real work there (scaling, sync, engines)
-    if type(trainer.profiler) is not PassThroughProfiler:
+    if not is_pass_through_profiler(trainer.profiler):
         return False  # a profiler (a subclass of the pass-through one included) times the dispatched hooks
     module = trainer.lightning_module
     if any(is_overridden(name, module, pl.LightningModule) for name in (*_DISPATCHED_HOOKS, "backward")):

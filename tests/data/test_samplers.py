@@ -66,6 +66,20 @@ def test_abandoned_iteration_does_not_advance_the_epoch():
     assert ours.epoch == ref.epoch == 0
 
 
+def test_seedable_sampler_draws_late_and_advances_on_the_exhausted_next_like_accelerate():
+    ours, ref = SeedableRandomSampler(range(10), seed=3), RefSeedableRandomSampler(range(10), data_seed=3)
+    seen = []
+    for sampler in (ours, ref):
+        iterator = iter(sampler)
+        sampler.set_epoch(4)  # after iter(), before the first index: the draw still uses it
+        drawn = [next(iterator) for _ in range(10)]
+        epoch_after_last = sampler.epoch
+        assert next(iterator, None) is None and next(iterator, None) is None
+        seen.append((drawn, epoch_after_last, sampler.epoch))
+    assert seen[0] == seen[1]
+    assert seen[0][1:] == (4, 5)
+
+
 def _lengths(n: int, seed: int) -> list[int]:
     rng = random.Random(seed)
     return [rng.randint(1, 64) for _ in range(n)]

@@ -1,4 +1,5 @@
-"""Per-step shortcuts change nothing a user can see: Lightning's `self.log`, train mode, column removal."""
+"""Per-step shortcuts change nothing a user can see: Lightning's `self.log`, train mode, column removal, the
+profiler and epoch loop, device moves."""
 
 from __future__ import annotations
 
@@ -7,12 +8,17 @@ import copy
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import Logger
+from lightning.pytorch.loops import _TrainingEpochLoop
+from lightning.pytorch.profilers import PassThroughProfiler
 from torch import nn
 
+import hf_lightning.engine.lean_lightning as lean_lightning
 import hf_lightning.engine.lean_logging as lean_logging
 from hf_lightning import TrainerCallback, TrainingArguments
 from hf_lightning.data.collate import RemoveColumnsCollator, default_data_collator
+from hf_lightning.engine.lean_lightning import LeanPassThroughProfiler, LeanTrainingEpochLoop
 from hf_lightning.engine.lean_logging import LeanLoggerConnector
+from hf_lightning.engine.module import _moved_to_device
 from hf_lightning.engine.step_methods import ensure_train_mode
 from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.parity.models import RegressionMLP, make_regression_mlp, regression_data
@@ -165,3 +171,108 @@ def test_column_removal_without_copies_gives_the_same_batch_and_leaves_examples_
         for key in fast:
             assert torch.equal(batch[key], fast[key])
     assert [item.keys() for item in extra] == [item.keys() for item in before]
+
+
+def test_train_mode_walk_reaches_shared_and_skips_empty_child_slots():
+    calls = []
+    model = make_regression_mlp()
+    model.empty = None  # a registered child slot holding None, as `train` meets it
+    model.register_module("empty_slot", None)
+    model.shared = model.net  # the same submodule under two names
+    model.train = lambda mode=True: calls.append(mode)
+    ensure_train_mode(model)
+    assert calls == []
+    model.shared[1].training = False  # reached through either name
+    ensure_train_mode(model)
+    assert calls == [True]
+
+
+# ---- Lightning's profiler and epoch loop ----------------------------------------------------------------
+def _trained(tmp_path, lean: bool, monkeypatch, **overrides):
+    if not lean:
+        monkeypatch.setattr(lean_lightning, "use_lean_profiler", lambda trainer: None)
+        monkeypatch.setattr(lean_lightning, "use_lean_epoch_loop", lambda trainer: None)
+    torch.manual_seed(0)
+    trainer = HFLightningTrainer(
+        model=make_regression_mlp(),
+        args=_args(tmp_path, logging_steps=1, gradient_accumulation_steps=2, **overrides),
+        train_dataset=regression_data(12),
+    )
+    trainer.train()
+    monkeypatch.undo()
+    return trainer
+
+
+def test_the_lean_profiler_and_epoch_loop_give_the_same_run(tmp_path, monkeypatch):
+    lean = _trained(tmp_path / "lean", True, monkeypatch)
+    plain = _trained(tmp_path / "plain", False, monkeypatch)
+    assert type(lean.lightning_trainer.profiler) is LeanPassThroughProfiler
+    assert type(lean.lightning_trainer.fit_loop.epoch_loop) is LeanTrainingEpochLoop
+    assert type(plain.lightning_trainer.profiler) is PassThroughProfiler
+    assert type(plain.lightning_trainer.fit_loop.epoch_loop) is _TrainingEpochLoop
+    without_timings = [{k: v for k, v in log.items() if "runtime" not in k and "per_second" not in k}
+                       for log in lean.state.log_history]
+    assert without_timings == [
+        {k: v for k, v in log.items() if "runtime" not in k and "per_second" not in k}
+        for log in plain.state.log_history
+    ]
+    for a, b in zip(lean.model.parameters(), plain.model.parameters()):
+        assert torch.equal(a, b)
+    assert lean.lightning_trainer.global_step == plain.lightning_trainer.global_step == lean.state.global_step
+
+
+def test_a_profiler_the_user_chose_is_kept_and_records_the_hooks(tmp_path):
+    from lightning.pytorch.profilers import SimpleProfiler
+
+    profiler = SimpleProfiler()
+    trainer = HFLightningTrainer(
+        model=make_regression_mlp(), args=_args(tmp_path), train_dataset=regression_data(12)
+    )
+    trainer.lightning_trainer_overrides["profiler"] = profiler
+    trainer.train()
+    assert trainer.lightning_trainer.profiler is profiler
+    assert any("run_training_batch" in name for name in profiler.recorded_durations)
+
+
+def test_the_lean_profiler_nests_and_lets_exceptions_through():
+    profiler = LeanPassThroughProfiler()
+    with profiler.profile("outer"), profiler.profile("inner"):
+        pass
+    try:
+        with profiler.profile("raises"):
+            raise KeyError("seen")
+    except KeyError as error:
+        assert error.args == ("seen",)
+    else:
+        raise AssertionError("the exception was swallowed")
+
+
+# ---- device moves and `_prepare_inputs` ------------------------------------------------------------------
+def test_a_plain_dict_on_the_device_moves_as_lightning_moves_it():
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+
+    device = torch.device("cpu")
+    batch = {"x": torch.ones(2, 3), "labels": torch.zeros(2)}
+    fast, lightning = _moved_to_device(batch, device), move_data_to_device(batch, device)
+    assert fast is not batch and type(fast) is dict and fast.keys() == lightning.keys()
+    assert all(fast[k] is lightning[k] is batch[k] for k in batch)
+    mixed = {"x": torch.ones(2), "ids": [1, 2], "name": "a"}
+    assert _moved_to_device(mixed, device) == move_data_to_device(mixed, device)
+
+
+class CountingInputs(HFLightningTrainer):
+    def _prepare_input(self, data):
+        self.prepared = getattr(self, "prepared", 0) + 1
+        return super()._prepare_input(data)
+
+
+def test_prepare_inputs_gives_the_recursive_result_and_honours_an_override(tmp_path):
+    trainer = HFLightningTrainer(model=make_regression_mlp(), args=_args(tmp_path))
+    inputs = {"x": torch.ones(2, 4), "nested": {"y": torch.zeros(1)}, "ids": [torch.ones(1)], "flag": True}
+    fast, recursive = trainer._prepare_inputs(inputs), trainer._prepare_input(inputs)
+    assert fast is not inputs and fast.keys() == recursive.keys()
+    assert torch.equal(fast["x"], recursive["x"]) and torch.equal(fast["nested"]["y"], recursive["nested"]["y"])
+    assert fast["flag"] is True and torch.equal(fast["ids"][0], recursive["ids"][0])
+    counting = CountingInputs(model=make_regression_mlp(), args=_args(tmp_path))
+    counting._prepare_inputs({"x": torch.ones(2, 4)})
+    assert counting.prepared == 2  # the dict, then its tensor: the override's own recursion ran

@@ -14,7 +14,7 @@ from typing import Any
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch.utils.data import DataLoader, IterableDataset
 
-from hf_lightning.data.dataloaders import HFDataLoader
+from hf_lightning.data.dataloaders import HFDataLoader, one_batch_ahead
 from hf_lightning.data.samplers import shard_batches
 from hf_lightning.engine.accelerator.state import num_processes, process_index
 from hf_lightning.engine.protocols import TrainerLike
@@ -45,25 +45,14 @@ class PreparedDataLoader:
         self.remainder = last_batch_remainder(self.base_dataloader, None, num_processes(self._trainer))
         active.append(self)
         try:
-            iterator = iter(self.base_dataloader)
-            try:
-                current = next(iterator)
-            except StopIteration:
-                return
-            while True:
-                try:
-                    upcoming = next(iterator)
-                except StopIteration:
-                    self.end_of_dataloader = True
-                    self.remainder = last_batch_remainder(
-                        self.base_dataloader, current, num_processes(self._trainer)
-                    )
-                    yield self._placed(current)
-                    break
-                yield self._placed(current)
-                current = upcoming
+            for batch in one_batch_ahead(lambda: iter(self.base_dataloader), before_last=self._reached_last):
+                yield self._placed(batch)
         finally:
             active.remove(self)
+
+    def _reached_last(self, batch: Any) -> None:
+        self.end_of_dataloader = True
+        self.remainder = last_batch_remainder(self.base_dataloader, batch, num_processes(self._trainer))
 
     def _placed(self, batch: Any) -> Any:
         return batch if self.device is None else move_data_to_device(batch, self.device)
