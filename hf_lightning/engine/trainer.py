@@ -302,7 +302,7 @@ class HFLightningTrainer(
                 "`args.metric_for_best_model` must be provided when using 'best' save_strategy or if "
                 "`args.load_best_model_at_end` is set to `True`."
             )
-        check_metric_object_arguments(self.compute_metrics, args)
+        check_metric_object_arguments(self.compute_metrics, args, self.get_tp_size())
         if args.batch_eval_metrics and self.compute_metrics is not None:
             if "compute_result" not in inspect.signature(self.compute_metrics).parameters:
                 raise ValueError(

@@ -200,13 +200,7 @@ class EvaluationMixin:
         observed_num_examples = 0
         keep_results = not args.batch_eval_metrics or description == "Prediction"
         # A torchmetrics object is updated per batch: evaluate() then gathers and keeps no predictions.
-        streaming = streaming_metrics_for(self.compute_metrics, args)
-        if streaming is not None and self._eval_tp_size() > 1:
-            raise ValueError(
-                "compute_metrics as metric objects with parallelism_config.tp_size > 1 is not supported yet by "
-                "hf_lightning (their states would be synced over the tensor-parallel ranks, counting every sample "
-                "tp_size times); pass compute_metrics as a function of EvalPrediction instead"
-            )
+        streaming = streaming_metrics_for(self.compute_metrics, args, self._eval_tp_size())
         streamed_any = False
         if streaming is not None:
             streaming.reset()
@@ -497,7 +491,7 @@ class EvaluationMixin:
 
     def _pad_across_processes(self, tensor: Any, dim: int = 1, pad_index: int = -100) -> Any:
         """Pad `tensor` on `dim` with `pad_index` to the widest of all processes; identity in a single process."""
-        if self._one_tensor_parallel_replica():  # nothing is gathered
+        if distributed.is_distributed() and self._one_tensor_parallel_replica():  # nothing is gathered
             return tensor
         return distributed.pad_across_processes(tensor, dim=dim, pad_index=pad_index)
 

@@ -65,10 +65,17 @@ def is_metric_object(compute_metrics: Any) -> bool:
     return isinstance(compute_metrics, (metric_class, MetricCollection))
 
 
-def check_metric_object_arguments(compute_metrics: Any, args: Any) -> None:
-    """Refuse the arguments that have no meaning with a metric object (`batch_eval_metrics`, `include_for_metrics`)."""
+def check_metric_object_arguments(compute_metrics: Any, args: Any, tp_size: int = 1) -> None:
+    """Refuse the arguments that have no meaning with a metric object (`batch_eval_metrics`, `include_for_metrics`),
+    and a tensor-parallel run (`tp_size` > 1), whose metric states would count every sample once per rank."""
     if compute_metrics is None or not is_metric_object(compute_metrics):
         return
+    if tp_size > 1:
+        raise ValueError(
+            f"compute_metrics as metric objects with parallelism_config.tp_size={tp_size} is not supported yet by "
+            "hf_lightning (their states would be synced over the tensor-parallel ranks, counting every sample "
+            "tp_size times); pass compute_metrics as a function of EvalPrediction instead, or set tp_size=1"
+        )
     if getattr(args, "batch_eval_metrics", False):
         raise ValueError(
             "batch_eval_metrics=True with a torchmetrics object as compute_metrics: the metric object is already "
@@ -183,9 +190,9 @@ class StreamingMetrics:
         return {key: _as_number(key, values[key]) for key in ordered}
 
 
-def streaming_metrics_for(compute_metrics: Any, args: Any) -> StreamingMetrics | None:
+def streaming_metrics_for(compute_metrics: Any, args: Any, tp_size: int = 1) -> StreamingMetrics | None:
     """The `StreamingMetrics` of a metric-object `compute_metrics` (its arguments checked), None for a callable."""
     if compute_metrics is None or not is_metric_object(compute_metrics):
         return None
-    check_metric_object_arguments(compute_metrics, args)
+    check_metric_object_arguments(compute_metrics, args, tp_size)
     return StreamingMetrics(compute_metrics)

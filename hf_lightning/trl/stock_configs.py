@@ -39,8 +39,8 @@ def as_our_config(args: Any, trainer: str, stock: type, ours: type, converts_tra
         )
     if isinstance(args, transformers.TrainingArguments):
         if converts_training_arguments:
-            # TRL's own __init__ turns a TrainingArguments into its config: its fields, the config's defaults
-            # for the rest (to_dict() -> SFTConfig(**...) in trl's sft_trainer.py).
+            # As TRL's own SFTTrainer.__init__, which rebuilds its config from the TrainingArguments' values
+            # (`args.to_dict()`): the given fields, the config's defaults for the rest.
             return fields_into(args, ours, trainer, stacklevel=4)
         raise TypeError(
             f"args: {trainer} takes a {ours.__name__}, not a transformers TrainingArguments (trl's {trainer} does "

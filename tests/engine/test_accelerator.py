@@ -348,3 +348,32 @@ def test_get_eval_dataloader_with_persistent_workers(tmp_path, side):
     second, second_again = trainer.get_eval_dataloader("second"), trainer.get_eval_dataloader("second")
     assert first.dataset is first_dataset and second.dataset is second_dataset
     assert first is first_again and second is second_again and first is not second
+
+
+def test_dealing_data_by_rank_is_refused_in_a_tensor_parallel_run(tmp_path, monkeypatch):
+    """The tensor-parallel ranks are one replica: `prepare(dataloader)` and `split_between_processes` deal by global
+    rank, which would feed each DTensor shard other samples, so they are refused naming the field (a one-process
+    stand-in: the plan says tp_size=2 over 2 processes)."""
+    import dataclasses
+
+    import hf_lightning.engine.accelerator.dataloader as prepared
+    import hf_lightning.engine.accelerator.state as run_state
+    from hf_lightning.translation.plan import StrategyPlan
+
+    trainer = _trainer(tmp_path)
+    accelerator = trainer.accelerator
+    loader = torch.utils.data.DataLoader(list(range(8)), batch_size=2)
+    monkeypatch.setattr(run_state, "num_processes", lambda trainer: 2)
+    monkeypatch.setattr(prepared, "num_processes", lambda trainer: 2)
+    # Data parallel over 2 processes: dealt, not refused.
+    monkeypatch.setattr(trainer, "plan", dataclasses.replace(trainer.plan, strategy=None))
+    with accelerator.split_between_processes(list(range(4))) as share:
+        assert share == [0, 1]
+    assert len(accelerator.prepare(loader)) == 2
+    tp_strategy = StrategyPlan(name="tp", tensor_parallel_size=2)
+    monkeypatch.setattr(trainer, "plan", dataclasses.replace(trainer.plan, strategy=tp_strategy))
+    with pytest.raises(NotImplementedError, match=r"prepare\(dataloader\) with parallelism_config.tp_size=2"):
+        accelerator.prepare(loader)
+    with pytest.raises(NotImplementedError, match=r"split_between_processes with parallelism_config.tp_size=2"):
+        with accelerator.split_between_processes(list(range(4))):
+            pass

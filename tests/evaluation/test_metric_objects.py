@@ -435,3 +435,21 @@ def test_generation_feeds_generated_ids_to_a_text_metric_through_a_decode_step(t
     assert [(seen[0][0], seen[1]) for seen in shapes.seen] == [(2, (2, 20)), (2, (2, 20)), (1, (1, 20))]
     assert all(seen[0][1] >= 20 for seen in shapes.seen)
     assert any(seen[2] for seen in shapes.seen)
+
+
+def test_a_metric_object_is_refused_in_a_tensor_parallel_run_before_training(tmp_path, monkeypatch):
+    """Metric states synced over the tensor-parallel ranks would count each sample tp_size times: refused when
+    the Trainer is built (naming parallelism_config.tp_size), not at the first evaluation mid-training. A
+    one-process stand-in: the run reports tp_size=2, and the model's plan check is left out (BERT has none)."""
+    import hf_lightning.strategies.tensor_parallel.plans as plans
+
+    monkeypatch.setattr(plans, "tp_model_refusal", lambda model, tp_size: None)
+    monkeypatch.setattr(Trainer, "get_tp_size", lambda self: 2)
+    with pytest.raises(ValueError, match=r"metric objects with parallelism_config.tp_size=2 is not supported"):
+        _trainer(tmp_path, classification_metrics())
+    # A callable compute_metrics is accepted, and a metric object assigned later is refused when evaluation starts.
+    trainer = _trainer(tmp_path, numpy_classification)
+    trainer.compute_metrics = MulticlassAccuracy(2)
+    monkeypatch.setattr(trainer, "_data_parallel_layout", lambda: (1, 0))
+    with pytest.raises(ValueError, match=r"parallelism_config.tp_size=2"):
+        trainer.evaluate(classification_data(4))

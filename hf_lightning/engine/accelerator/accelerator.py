@@ -314,6 +314,7 @@ class LightningAccelerator:
         processes, index = self.num_processes, self.process_index
         if processes == 1:
             return inputs
+        run_state.refuse_tensor_parallel_dealing(self._trainer, "split_between_processes")
         length = len(inputs)
         if isinstance(inputs, dict):
             length = len(inputs[next(iter(inputs))])

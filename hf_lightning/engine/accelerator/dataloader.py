@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from hf_lightning.data.dataloaders import HFDataLoader, one_batch_ahead
 from hf_lightning.data.samplers import shard_batches
-from hf_lightning.engine.accelerator.state import num_processes, process_index
+from hf_lightning.engine.accelerator.state import num_processes, process_index, refuse_tensor_parallel_dealing
 from hf_lightning.engine.protocols import TrainerLike
 from hf_lightning.evaluation.helpers import last_batch_remainder
 
@@ -63,6 +63,7 @@ def _shard(trainer: TrainerLike, dataloader: DataLoader) -> DataLoader:
     processes = num_processes(trainer)
     if processes <= 1:
         return dataloader
+    refuse_tensor_parallel_dealing(trainer, "prepare(dataloader)")
     if isinstance(dataloader.dataset, IterableDataset):
         raise ValueError(
             "accelerator.prepare(dataloader) over an IterableDataset with several processes is not supported "

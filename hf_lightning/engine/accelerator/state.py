@@ -53,6 +53,19 @@ def local_process_index(trainer: TrainerLike) -> int:
     return int(strategy.local_rank) if strategy is not None else int(trainer.args.local_process_index)
 
 
+def refuse_tensor_parallel_dealing(trainer: TrainerLike, what: str) -> None:
+    """Refuse dealing data by global rank in a tensor-parallel run, naming the field: its ranks are one replica and
+    must see the same samples (different ones would feed each DTensor shard other inputs, silently)."""
+    get_tp_size = getattr(trainer, "get_tp_size", None)  # the facade's (hf_lightning/optim/trainer_methods.py)
+    tp_size = get_tp_size() if callable(get_tp_size) else 1
+    if tp_size > 1:
+        raise NotImplementedError(
+            f"trainer.accelerator.{what} with parallelism_config.tp_size={tp_size} is not supported yet by "
+            "hf_lightning (it deals the data by global rank, but the tensor-parallel ranks must all see the same "
+            "samples); set tp_size=1, or iterate the data unsplit on every rank"
+        )
+
+
 def distributed_type(trainer: TrainerLike) -> DistributedType:
     """accelerate's kind of run for the plan's strategy (NO for a single process, as accelerate reports it)."""
     strategy = trainer.plan.strategy
