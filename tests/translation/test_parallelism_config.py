@@ -76,6 +76,7 @@ def test_the_model_needs_a_tp_plan_with_heads_that_divide():
     assert tp_model_refusal(llama, 1) is None
     llama._tp_size = 2  # as transformers marks a model it split at load (from_pretrained tp_plan)
     assert "parallelism_config=ParallelismConfig(tp_size=2)" in tp_model_refusal(llama, 1)
+    assert "load it without tp_plan: the Trainer applies" in tp_model_refusal(llama, 2)
     llama._tp_size = None
     # 4 query heads, 2 key/value heads: 4 ranks cannot share 2 heads evenly.
     assert "config.num_key_value_heads=2 does not divide by tp_size" in tp_model_refusal(llama, 4)

@@ -44,9 +44,13 @@ def tp_model_refusal(model: nn.Module | None, tp_size: int) -> str | None:
     if model is None:
         return None
     field = f"parallelism_config.tp_size={tp_size}"
-    if isinstance(split_at_load, int) and split_at_load not in (1, tp_size):
+    if isinstance(split_at_load, int) and split_at_load > 1:
+        # Such a model keeps transformers' own mesh, and its save_pretrained waits at a barrier that only the
+        # saving rank would reach: the Trainer splits the model itself instead.
         return (
-            f"{field}, but the model was split over {split_at_load} ranks when it was loaded; make them equal"
+            f"{field}, but the model was already split over {split_at_load} ranks when it was loaded "
+            "(from_pretrained tp_plan / distributed_config); load it without tp_plan: the Trainer applies the "
+            "model's tensor-parallel plan itself"
         )
     if not callable(getattr(model, "_resolve_parallel_plans", None)) or not _declared_plan(model):
         return (
