@@ -183,3 +183,32 @@ def pick_default_collator(processing_class: Any = None) -> Callable[[list[Any]],
     if processing_class is not None and is_padding_processor(processing_class):
         return DataCollatorWithPadding(processing_class)
     return default_data_collator
+
+
+# Collators that only read their examples (no random numbers drawn, no state kept): skipping their calls leaves
+# every later batch and the RNG streams as they would be. transformers' are named, not imported (optional there).
+_READ_ONLY_TRANSFORMERS_COLLATORS = frozenset(
+    {"default_data_collator", "DataCollatorWithPadding", "DataCollatorForTokenClassification", "DataCollatorForSeq2Seq"}
+)
+_TRANSFORMERS_COLLATORS = "transformers.data.data_collator"
+
+
+def collates_without_side_effects(collate_fn: Any) -> bool:
+    """Whether `collate_fn` is known to draw no random numbers and keep no state, so a resume may skip its calls:
+    ours, torch's `default_collate`, transformers' padding / default collators, or a column remover around one
+    (whose one-off "ignored columns" message then comes with the first batch collated). A user's callable (a
+    masking collator, say) is not known, and is called as the reference calls it."""
+    from torch.utils.data import default_collate
+
+    if isinstance(collate_fn, RemoveColumnsCollator):
+        return collates_without_side_effects(collate_fn.data_collator)
+    if collate_fn is default_data_collator or collate_fn is default_collate:
+        return True
+    if type(collate_fn) is DataCollatorWithPadding:
+        return True
+    if type(collate_fn).__module__ == _TRANSFORMERS_COLLATORS:  # an instance of one of its collator classes
+        return type(collate_fn).__name__ in _READ_ONLY_TRANSFORMERS_COLLATORS
+    return (
+        getattr(collate_fn, "__module__", None) == _TRANSFORMERS_COLLATORS
+        and getattr(collate_fn, "__name__", None) in _READ_ONLY_TRANSFORMERS_COLLATORS
+    )

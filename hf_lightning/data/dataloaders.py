@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler, SequentialSampler
 
-from hf_lightning.data.collate import pick_default_collator
+from hf_lightning.data.collate import collates_without_side_effects, pick_default_collator
 from hf_lightning.data.model_inputs import (
     apply_column_removal,
     get_eval_sampler,
@@ -26,6 +26,7 @@ from hf_lightning.data.samplers import BatchRebalanceSampler, shard_batches
 from hf_lightning.engine.seeding import set_seed
 from hf_lightning.translation.plan import ModuleSettings
 
+_SINGLE_PROCESS_ITERATOR = torch.utils.data.dataloader._SingleProcessDataLoaderIter
 _DATALOADER_ACCEPTS_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
 
 
@@ -74,8 +75,9 @@ class HFDataLoader(DataLoader):
 
         A map-style dataset is skipped at the batch-index level: the skipped batches' indices are drawn from the
         (batch) sampler but no item is loaded or collated, so the cost does not grow with the data skipped. An
-        IterableDataset has no indices: its first batches are loaded and discarded, as accelerate does. `len()`
-        is unchanged (it stays the epoch's length).
+        IterableDataset has no indices: its first batches' examples are drawn and discarded, collated too (as
+        accelerate replays them) unless the collator is known to have no side effects (`_skip_iterable_examples`).
+        `len()` is unchanged (it stays the epoch's length).
         """
         if num_batches < 0:
             raise ValueError(f"skip_first_batches_once: num_batches must be >= 0, got {num_batches}.")
@@ -105,6 +107,8 @@ class HFDataLoader(DataLoader):
             iterator = super().__iter__()
         finally:
             self._skipping_now = 0
+        if replay and _skip_iterable_examples(iterator, replay):
+            return iterator
         for _ in range(replay):
             if next(iterator, _EXHAUSTED) is _EXHAUSTED:
                 return iter(())  # the epoch ended inside the replayed batches: not a completed iteration
@@ -115,6 +119,29 @@ class HFDataLoader(DataLoader):
 
 
 _EXHAUSTED = object()
+
+
+def _skip_iterable_examples(iterator: Any, batches: int) -> bool:
+    """Skip an IterableDataset's first `batches` batches without collating them, when that is the same as loading
+    and discarding them: one process reading the dataset (no workers), a collator known to draw no random numbers.
+    Then only the examples are drawn (what a batch's fetch draws: `batch_size` of them, fewer at the end), so the
+    resume cost is the dataset's own iteration. Returns False (nothing skipped) where that cannot be told; a
+    dataset that ends inside the skipped batches leaves the iterator exhausted, as the replay would."""
+    fetcher = getattr(iterator, "_dataset_fetcher", None)
+    examples = getattr(fetcher, "dataset_iter", None)
+    if not isinstance(iterator, _SINGLE_PROCESS_ITERATOR) or examples is None:
+        return False
+    if not collates_without_side_effects(getattr(fetcher, "collate_fn", None)):
+        return False
+    per_batch = iterator._index_sampler.batch_size if fetcher.auto_collation else 1
+    wanted = batches * per_batch
+    drawn = sum(1 for _ in itertools.islice(examples, wanted))
+    for _ in itertools.islice(iterator._sampler_iter, batches):  # the batches' (empty) indices, as fetches take
+        pass
+    iterator._num_yielded += batches
+    if drawn < wanted:
+        fetcher.ended = True  # the dataset ended inside the skipped batches: no batch is left in this epoch
+    return True
 
 
 def one_batch_ahead(
