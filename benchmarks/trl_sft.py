@@ -8,6 +8,12 @@ data and seed. Steady-state ms per step is the median interval between optimizer
     python benchmarks/trl_sft.py                # 300 steps, 3 repeats, then the table
     python benchmarks/trl_sft.py --smoke        # 12 steps, 1 repeat: proves the script works (its timings mean nothing)
     python benchmarks/trl_sft.py --out FILE     # also write the results as JSON
+    python benchmarks/trl_sft.py --paired 8     # one process, 8 rounds of both sides (ABBA order), per-round ratios
+
+`--paired N` runs both trainers in one process pinned to one core, alternating whole runs (stock ours ours stock
+...), after one untimed run of each (imports, first-step set-up): this machine's speed drifts by tens of percent
+between processes, which the separate-process mode sees as noise; within a round both sides meet the same drift.
+It reports the median (min-max) of the per-round ratios.
 """
 
 from __future__ import annotations
@@ -51,6 +57,39 @@ def worker(side: str, steps: int, out_dir: str) -> dict:
     return {**clock.summary(), "side": side, "global_step": run.trainer.state.global_step, "last_loss": losses[-1]}
 
 
+def paired(rounds: int, steps: int) -> dict:
+    """Both sides in this process, `rounds` rounds in ABBA order after one untimed run of each; per-round ratios."""
+    import tempfile as _tempfile
+
+    os.environ.update({"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"})
+    with _tempfile.TemporaryDirectory() as folder:
+        for side in SIDES:  # untimed: imports, kernels, the first run's one-off set-up
+            worker(side, max(12, steps // 10), str(Path(folder) / f"warm-{side}"))
+        rows = []
+        for round_index in range(rounds):
+            order = SIDES if round_index % 2 == 0 else SIDES[::-1]
+            row = {side: worker(side, steps, str(Path(folder) / f"{round_index}-{side}")) for side in order}
+            if row["stock"]["last_loss"] != row["ours"]["last_loss"]:
+                raise SystemExit(f"round {round_index}: the two sides disagree on the loss: {row}")
+            rows.append(row)
+    ratios = [row["stock"]["ms_per_step"] / row["ours"]["ms_per_step"] for row in rows]
+    return {"steps": steps, "rounds": rounds, "rows": rows, "steps_per_s_ratios": ratios}
+
+
+def paired_table(result: dict) -> str:
+    """Median ms per step of each side and the median (min-max) of the per-round ratios of steps/s."""
+    rows = ["| trainer | steady ms/step (median of rounds) |", "|---|---|"]
+    names = {"stock": "trl.SFTTrainer (transformers)", "ours": "hf_lightning.trl.SFTTrainer"}
+    for side in SIDES:
+        rows.append(f"| {names[side]} | {statistics.median(r[side]['ms_per_step'] for r in result['rows']):.2f} |")
+    ratios = result["steps_per_s_ratios"]
+    rows.append(
+        f"\nours / stock steps/s per round: {statistics.median(ratios):.3f}x "
+        f"({min(ratios):.3f}-{max(ratios):.3f}) over {len(ratios)} rounds"
+    )
+    return "\n".join(rows)
+
+
 def _spawn(side: str, steps: int) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         result_file = Path(folder) / "result.json"
@@ -82,6 +121,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out")
+    parser.add_argument("--paired", type=int, metavar="ROUNDS", help="both sides in one process, ROUNDS rounds")
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -90,6 +130,12 @@ def main() -> None:
         Path(cli.result).write_text(json.dumps(worker(cli.worker, cli.steps, cli.run_dir)))
         return
     steps, repeats = (12, 1) if cli.smoke else (cli.steps, cli.repeats)
+    if cli.paired:
+        result = paired(cli.paired, steps)
+        print(paired_table(result))
+        if cli.out:
+            Path(cli.out).write_text(json.dumps(result, indent=1))
+        return
     results = [_spawn(side, steps) for _ in range(repeats) for side in SIDES]
     print(table(results))
     if cli.out:
