@@ -15,6 +15,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from tests.distributed.launching import checkpoint_listing  # noqa: E402
 from tests.parity.models import (  # noqa: E402
     classification_data,
     make_tiny_bert_classifier,
@@ -89,15 +90,6 @@ def _full_weights(trainer, side: str) -> dict:
     return {key: value.detach().to(torch.float64).flatten().tolist() for key, value in state.items()}
 
 
-def _listing(path: str) -> dict:
-    folders = {}
-    for root, _, files in sorted(os.walk(path)):
-        relative = os.path.relpath(root, path)
-        if relative != "." and relative.split(os.sep)[0].startswith("checkpoint-"):
-            folders[relative] = sorted(files)
-    return folders
-
-
 def _is_fsdp2_model(model) -> bool:
     from hf_lightning.strategies.fsdp.policies import is_fsdp2_model
 
@@ -122,7 +114,7 @@ def main(side: str, out_dir: str) -> None:
         results[name] = {
             "log_history": trainer.state.log_history,
             "weights": _full_weights(trainer, side),
-            "checkpoints": _listing(args.output_dir),
+            "checkpoints": checkpoint_listing(args.output_dir),
             "strategy": type(trainer.lightning_trainer.strategy).__name__ if side == "ours" else None,
             "model_is_fsdp2": _is_fsdp2_model(trainer.model) if side == "ours" else None,
         }

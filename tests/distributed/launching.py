@@ -13,6 +13,16 @@ ROOT = Path(__file__).resolve().parents[2]
 WORLD_SIZE = 2
 
 
+def checkpoint_listing(path: str) -> dict:
+    """Every folder under `path`'s `checkpoint-*` folders (relative path) -> its sorted file names."""
+    folders = {}
+    for root, _, files in sorted(os.walk(path)):
+        relative = os.path.relpath(root, path)
+        if relative != "." and relative.split(os.sep)[0].startswith("checkpoint-"):
+            folders[relative] = sorted(files)
+    return folders
+
+
 def free_port() -> int:
     """A TCP port nothing listens on now (for the launcher's rendezvous)."""
     with socket.socket() as sock:

@@ -14,6 +14,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from tests.distributed.launching import checkpoint_listing  # noqa: E402
 from tests.parity.models import padded_lm_data  # noqa: E402
 
 VOCAB = 64
@@ -80,15 +81,6 @@ def _arguments(side: str, out_dir: str, name: str):
     return TrainingArguments(**kwargs, ddp_backend="gloo", parallelism_config=ParallelismConfig(tp_size=2))
 
 
-def _listing(path: str) -> dict:
-    folders = {}
-    for root, _, files in sorted(os.walk(path)):
-        relative = os.path.relpath(root, path)
-        if relative != "." and relative.split(os.sep)[0].startswith("checkpoint-"):
-            folders[relative] = sorted(files)
-    return folders
-
-
 def _weights(trainer, side: str) -> dict:
     import torch
 
@@ -124,7 +116,7 @@ def main(side: str, out_dir: str) -> None:
             "log_history": trainer.state.log_history,
             "final_eval": final_eval,
             "weights": _weights(trainer, side),
-            "checkpoints": _listing(args.output_dir),
+            "checkpoints": checkpoint_listing(args.output_dir),
         }
         if side == "ours":
             from torch.distributed.tensor import DTensor
