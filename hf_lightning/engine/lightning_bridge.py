@@ -76,8 +76,8 @@ def build_lightning_trainer(
     `overrides` (the facade's `lightning_trainer_overrides`) are merged last: they take precedence over the
     translation, except `callbacks`, which are added after the engine's.
     """
-    from hf_lightning.engine.lean_logging import use_lean_logger_connector
     from hf_lightning.engine.lean_lightning import use_lean_epoch_loop, use_lean_profiler
+    from hf_lightning.engine.lean_logging import use_lean_logger_connector
     from hf_lightning.integrations.loggers import build_loggers
 
     quiet_lightning_banners()

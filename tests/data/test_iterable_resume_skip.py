@@ -8,7 +8,11 @@ import pytest
 import torch
 from torch.utils.data import IterableDataset, default_collate
 
-from hf_lightning.data.collate import RemoveColumnsCollator, collates_without_side_effects, default_data_collator
+from hf_lightning.data.collate import (
+    RemoveColumnsCollator,
+    collates_without_side_effects,
+    default_data_collator,
+)
 from hf_lightning.data.dataloaders import HFDataLoader
 
 
