@@ -31,13 +31,8 @@ _SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writeback of the range's dirty
 
 def fsync_directory(path: str) -> None:
     """Make a folder's entries (new, renamed or removed names) durable. No-op where folders cannot be opened."""
-    if os.name == "nt":
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    if os.name != "nt":
+        fsync_file(path)
 
 
 def fsync_file(path: str) -> None:
