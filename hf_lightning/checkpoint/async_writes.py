@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_lightning.checkpoint.files import reach, rng_state_file_name
+from hf_lightning.strategies.tensor_parallel.state import trainer_tp_size
 
 logger = logging.getLogger(__name__)
 
@@ -239,11 +240,10 @@ class BackgroundCheckpointWriter:
 
     def submit(self, facade: Any, save: PendingSave) -> None:
         """Copy the state now and write it in the background (after the previous write, waited for). All ranks."""
-        tensor_parallel = callable(getattr(facade, "get_tp_size", None)) and facade.get_tp_size() > 1
         if (
             getattr(facade, "is_deepspeed_enabled", False)
             or getattr(facade, "is_fsdp_enabled", False)
-            or tensor_parallel
+            or trainer_tp_size(facade) > 1
         ):
             raise ValueError(
                 "AsyncCheckpointIO in lightning_trainer_overrides['plugins'] supports single-process and DDP "

@@ -278,7 +278,8 @@ class CheckpointMixin(MetricsIOMixin):
 
             save_deepspeed_optimizer_and_scheduler(self, output_dir)
             return
-        if _tensor_parallel(self):  # every rank gathers the shards; rank 0 writes a one-process optimizer.pt
+        tensor_parallel = _tensor_parallel(self)
+        if tensor_parallel:  # every rank gathers the shards; rank 0 writes a one-process optimizer.pt
             from hf_lightning.strategies.tensor_parallel.state import full_optimizer_state
 
             optimizer_state = full_optimizer_state(self.optimizer)
@@ -293,7 +294,7 @@ class CheckpointMixin(MetricsIOMixin):
             save_fsdp_optimizer(self, output_dir)
         if not self.args.should_save:
             return
-        if not fsdp and not _tensor_parallel(self):
+        if not fsdp and not tensor_parallel:
             reach("optimizer")
             torch.save(self.optimizer.state_dict(), os.path.join(output_dir, OPTIMIZER_NAME))
         reach("scheduler")
@@ -563,8 +564,6 @@ def _shared_token() -> str:
 
 def _tensor_parallel(trainer: Any) -> bool:
     """Whether the trainer's model holds DTensor shards of a tensor-parallel plan (parallelism_config)."""
-    if not callable(getattr(trainer, "get_tp_size", None)) or trainer.get_tp_size() <= 1:
-        return False
-    from hf_lightning.strategies.tensor_parallel.state import is_tp_sharded
+    from hf_lightning.strategies.tensor_parallel.state import is_tp_sharded, trainer_tp_size
 
-    return is_tp_sharded(getattr(trainer, "model", None))
+    return trainer_tp_size(trainer) > 1 and is_tp_sharded(getattr(trainer, "model", None))

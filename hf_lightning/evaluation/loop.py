@@ -40,6 +40,7 @@ from hf_lightning.evaluation.helpers import (
 from hf_lightning.evaluation.metric_objects import local_rows_to_keep, streaming_metrics_for
 from hf_lightning.integrations.logger_adapters import publish_predict_metrics
 from hf_lightning.strategies.fsdp.policies import is_fsdp2_model
+from hf_lightning.strategies.tensor_parallel.state import trainer_tp_size
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +201,7 @@ class EvaluationMixin:
         observed_num_examples = 0
         keep_results = not args.batch_eval_metrics or description == "Prediction"
         # A torchmetrics object is updated per batch: evaluate() then gathers and keeps no predictions.
-        streaming = streaming_metrics_for(self.compute_metrics, args, self._eval_tp_size())
+        streaming = streaming_metrics_for(self.compute_metrics, args, trainer_tp_size(self))
         streamed_any = False
         if streaming is not None:
             streaming.reset()
@@ -498,14 +499,11 @@ class EvaluationMixin:
     def _eval_replicas(self) -> int:
         """The processes that evaluate different samples: all of them, except that the tensor-parallel ranks of
         a replica see the same batches, so a tensor-parallel run over every process gathers nothing."""
-        return max(1, getattr(self.args, "world_size", 1) // self._eval_tp_size())
-
-    def _eval_tp_size(self) -> int:
-        return self.get_tp_size() if callable(getattr(self, "get_tp_size", None)) else 1
+        return max(1, getattr(self.args, "world_size", 1) // trainer_tp_size(self))
 
     def _one_tensor_parallel_replica(self) -> bool:
         """Whether every process is a tensor-parallel rank of one replica: each holds every sample's results."""
-        return self._eval_tp_size() > 1 and self._eval_replicas() == 1
+        return trainer_tp_size(self) > 1 and self._eval_replicas() == 1
 
     def _prepare_distributed_evaluation(self, dataloader: Any) -> None:
         """Create the process group when launched with several processes (evaluate() may precede train())."""

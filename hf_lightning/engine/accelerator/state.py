@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from hf_lightning.engine.protocols import TrainerLike
+from hf_lightning.strategies.tensor_parallel.state import trainer_tp_size
 
 
 class DistributedType(str, enum.Enum):
@@ -56,8 +57,7 @@ def local_process_index(trainer: TrainerLike) -> int:
 def refuse_tensor_parallel_dealing(trainer: TrainerLike, what: str) -> None:
     """Refuse dealing data by global rank in a tensor-parallel run, naming the field: its ranks are one replica and
     must see the same samples (different ones would feed each DTensor shard other inputs, silently)."""
-    get_tp_size = getattr(trainer, "get_tp_size", None)  # the facade's (hf_lightning/optim/trainer_methods.py)
-    tp_size = get_tp_size() if callable(get_tp_size) else 1
+    tp_size = trainer_tp_size(trainer)
     if tp_size > 1:
         raise NotImplementedError(
             f"trainer.accelerator.{what} with parallelism_config.tp_size={tp_size} is not supported yet by "

@@ -17,6 +17,7 @@ __all__ = [
     "is_tp_sharded",
     "load_full_optimizer_state",
     "load_full_state_dict",
+    "trainer_tp_size",
 ]
 
 
@@ -24,6 +25,13 @@ def _dtensor_class() -> Any:
     from torch.distributed.tensor import DTensor
 
     return DTensor
+
+
+def trainer_tp_size(trainer: Any) -> int:
+    """The trainer's tensor-parallel size, its `get_tp_size()` (hf_lightning/optim/trainer_methods.py; a subclass may
+    override it); 1 for an object without one (a stand-in trainer)."""
+    get_tp_size = getattr(trainer, "get_tp_size", None)
+    return get_tp_size() if callable(get_tp_size) else 1
 
 
 def is_tp_sharded(model: Any) -> bool:
