@@ -414,14 +414,12 @@ def load_optimizer_and_scheduler(
     names = files.names
     if is_fsdp_plan(trainer.plan):  # model, optimizer and scheduler into what the FSDP strategy wrapped
         fsdp_checkpoint.load_fsdp_resume_state(trainer, files)
-    elif OPTIMIZER_NAME in names and is_tp_sharded(trainer.model):  # full states, sliced like the parameters
-        optimizer = getattr(trainer.optimizer, "_optimizer", trainer.optimizer)
-        load_full_optimizer_state(optimizer, files.take(OPTIMIZER_NAME))
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
-            trainer.lr_scheduler.load_state_dict(files.take(SCHEDULER_NAME))
     elif OPTIMIZER_NAME in names:
-        trainer.optimizer.load_state_dict(files.take(OPTIMIZER_NAME, _optimizer_map_location(trainer.args)))
+        if is_tp_sharded(trainer.model):  # full states, sliced like the parameters
+            optimizer = getattr(trainer.optimizer, "_optimizer", trainer.optimizer)
+            load_full_optimizer_state(optimizer, files.take(OPTIMIZER_NAME))
+        else:
+            trainer.optimizer.load_state_dict(files.take(OPTIMIZER_NAME, _optimizer_map_location(trainer.args)))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
             trainer.lr_scheduler.load_state_dict(files.take(SCHEDULER_NAME))
