@@ -368,14 +368,15 @@ class HFLightningTrainer(
     # ---- data -------------------------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
         """The train DataLoader with the reference's sampler, collation and column removal."""
+        replicas, replica = self._data_parallel_layout()
         return dataloaders.build_train_dataloader(
             self.train_dataset,
             args=self.args,
             data_collator=self.data_collator,
             model=self.model,
             processing_class=self.processing_class,
-            world_size=self._data_parallel_layout()[0],
-            process_index=self._data_parallel_layout()[1],
+            world_size=replicas,
+            process_index=replica,
             batch_size=self._train_batch_size,
             settings=self.plan.module,
             columns=self._kept_columns(),
@@ -404,14 +405,15 @@ class HFLightningTrainer(
 
     def _build_eval_dataloader(self, dataset: Dataset, description: str) -> DataLoader:
         """This process's share of an eval / test set, sequential, as the reference deals it."""
+        replicas, replica = self._data_parallel_layout()
         return dataloaders.build_eval_dataloader(
             dataset,
             args=self.args,
             data_collator=self.data_collator,
             model=self.model,
             processing_class=self.processing_class,
-            world_size=self._data_parallel_layout()[0],
-            process_index=self._data_parallel_layout()[1],
+            world_size=replicas,
+            process_index=replica,
             description=description,
             settings=self.plan.module,
             columns=self._kept_columns(),
@@ -428,6 +430,7 @@ class HFLightningTrainer(
     ) -> DataLoader:
         """The reference's shared builder (subclasses such as TRL's GRPOTrainer call it with their own sampler):
         column removal, `sampler_fn(dataset)` as the sampler, this process's share of the batches."""
+        replicas, replica = self._data_parallel_layout()
         return dataloaders.build_dataloader(
             dataset,
             sampler_fn if sampler_fn is not None else (lambda _dataset: None),
@@ -437,8 +440,8 @@ class HFLightningTrainer(
             processing_class=self.processing_class,
             batch_size=batch_size,
             description=description,
-            world_size=self._data_parallel_layout()[0],
-            process_index=self._data_parallel_layout()[1],
+            world_size=replicas,
+            process_index=replica,
             is_training=is_training,
             settings=self.plan.module,
             columns=self._kept_columns(),
