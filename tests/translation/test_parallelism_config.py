@@ -60,7 +60,11 @@ def test_tp_strategy_is_lightnings_model_parallel_mesh():
 
 
 def test_the_model_needs_a_tp_plan_with_heads_that_divide():
-    from hf_lightning.strategies.tensor_parallel.plans import resolved_tp_plan, tp_model_refusal
+    from hf_lightning.strategies.tensor_parallel.plans import (
+        SPLIT_BY_THE_TRAINER,
+        resolved_tp_plan,
+        tp_model_refusal,
+    )
     from tests.distributed.tp_train_script import make_tiny_llama
     from tests.parity.models import make_tiny_gpt2
 
@@ -77,6 +81,10 @@ def test_the_model_needs_a_tp_plan_with_heads_that_divide():
     llama._tp_size = 2  # as transformers marks a model it split at load (from_pretrained tp_plan)
     assert "parallelism_config=ParallelismConfig(tp_size=2)" in tp_model_refusal(llama, 1)
     assert "load it without tp_plan: the Trainer applies" in tp_model_refusal(llama, 2)
+    setattr(llama, SPLIT_BY_THE_TRAINER, True)  # split by an earlier run of ours: a later Trainer may take it
+    assert tp_model_refusal(llama, 2) is None
+    assert "split over 2 ranks by an earlier run; make them equal" in tp_model_refusal(llama, 4)
+    delattr(llama, SPLIT_BY_THE_TRAINER)
     llama._tp_size = None
     # 4 query heads, 2 key/value heads: 4 ranks cannot share 2 heads evenly.
     assert "config.num_key_value_heads=2 does not divide by tp_size" in tp_model_refusal(llama, 4)

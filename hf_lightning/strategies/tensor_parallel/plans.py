@@ -7,7 +7,10 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["resolved_tp_plan", "tp_model_refusal"]
+__all__ = ["SPLIT_BY_THE_TRAINER", "resolved_tp_plan", "tp_model_refusal"]
+
+# Set on a model the tensor-parallel strategy split (not transformers at load), which a later Trainer may take again.
+SPLIT_BY_THE_TRAINER = "_hf_lightning_split_by_the_trainer"
 
 
 def _declared_plan(model: nn.Module) -> dict[str, str]:
@@ -44,7 +47,10 @@ def tp_model_refusal(model: nn.Module | None, tp_size: int) -> str | None:
     if model is None:
         return None
     field = f"parallelism_config.tp_size={tp_size}"
-    if isinstance(split_at_load, int) and split_at_load > 1:
+    if isinstance(split_at_load, int) and split_at_load > 1 and getattr(model, SPLIT_BY_THE_TRAINER, False):
+        if split_at_load != tp_size:
+            return f"{field}, but the model was split over {split_at_load} ranks by an earlier run; make them equal"
+    elif isinstance(split_at_load, int) and split_at_load > 1:
         # Such a model keeps transformers' own mesh, and its save_pretrained waits at a barrier that only the
         # saving rank would reach: the Trainer splits the model itself instead.
         return (

@@ -11,7 +11,11 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import nn
 
 from hf_lightning.strategies.process_group import process_group_kwargs
-from hf_lightning.strategies.tensor_parallel.plans import resolved_tp_plan, tp_model_refusal
+from hf_lightning.strategies.tensor_parallel.plans import (
+    SPLIT_BY_THE_TRAINER,
+    resolved_tp_plan,
+    tp_model_refusal,
+)
 from hf_lightning.strategies.tensor_parallel.state import is_tp_sharded
 
 __all__ = ["HFTensorParallelStrategy", "build_tp_strategy"]
@@ -51,6 +55,7 @@ class HFTensorParallelStrategy(ModelParallelStrategy):
             # What transformers sets on a model it split at load time; the reference's get_tp_size reads it.
             model._tp_size = self.tp_size
             model._device_mesh = self.device_mesh
+            setattr(model, SPLIT_BY_THE_TRAINER, True)
         module.model = model
         facade.model = facade.model_wrapped = model
 
