@@ -53,6 +53,6 @@ RLOOConfig = BUILT["RLOOConfig"]
 RLOOTrainer = BUILT["RLOOTrainer"]
 
 __all__ = [
-    "DPOConfig", "DPOTrainer", "DistillationConfig", "DistillationTrainer", "GRPOConfig", "GRPOTrainer", "KTOConfig", "KTOTrainer", "RLOOConfig", "RLOOTrainer",
-    "RewardConfig", "RewardTrainer", "SFTConfig", "SFTTrainer",
+    "DPOConfig", "DPOTrainer", "DistillationConfig", "DistillationTrainer", "GRPOConfig", "GRPOTrainer",
+    "KTOConfig", "KTOTrainer", "RLOOConfig", "RLOOTrainer", "RewardConfig", "RewardTrainer", "SFTConfig", "SFTTrainer",
 ]
