@@ -59,10 +59,8 @@ def worker(side: str, steps: int, out_dir: str) -> dict:
 
 def paired(rounds: int, steps: int) -> dict:
     """Both sides in this process, `rounds` rounds in ABBA order after one untimed run of each; per-round ratios."""
-    import tempfile as _tempfile
-
     os.environ.update({"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"})
-    with _tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder:
         for side in SIDES:  # untimed: imports, kernels, the first run's one-off set-up
             worker(side, max(12, steps // 10), str(Path(folder) / f"warm-{side}"))
         rows = []
