@@ -48,7 +48,7 @@ CKPT_METRICS = (
 )
 DDP_METRICS = ("cls_steps_per_s", "clm_steps_per_s", "cls_final_loss", "clm_final_loss")
 # `resume`: per dataset kind, the growth (largest position / smallest), then the time at each position.
-RESUME_KINDS = ("map", "iterable")
+RESUME_KINDS = ("map", "iterable", "stateful")
 
 # (workload, metric, baseline runner, comparison, threshold): our value / baseline's must be <= (or >=) it. The
 # baseline `self` judges our own value (the resume growth: the time at the largest position / at the smallest).
@@ -73,6 +73,7 @@ TARGETS = (
     ("ddp", "clm_steps_per_s", "transformers", ">=", 1.0),
     ("resume", "map_growth", "self", "<=", 1.25),
     ("resume", "iterable_growth", "self", "<=", 1.25),
+    ("resume", "stateful_growth", "self", "<=", 1.25),
 )
 SELF = "self"
 # Each target is also judged on its twin where one exists (CPU for wall, wall for CPU: on a shared machine

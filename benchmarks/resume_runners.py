@@ -3,7 +3,9 @@
 One short `tiny` run (batch 4) writes a checkpoint at step 2; for each position P of the scale (10, 1,000 and
 10,000 batches at quick / full size), a copy of it gets `global_step = P` in its `trainer_state.json`, and a new
 trainer resumes from it with `max_steps = P + 1`, on a map-style dataset (seeded shuffling sampler) and on an
-iterable one (the same examples in order) of more than P + 1 batches. Measured: the time from
+iterable one (the same examples in order) of more than P + 1 batches, plain (`iterable`) and with torch's Stateful
+protocol (`stateful`: its checkpoint copy also gets the dataset position a run at step P records,
+`hf_lightning_dataset_position.json`, which transformers.Trainer does not read). Measured: the time from
 `train(resume_from_checkpoint=...)` to the end of the first update (`on_step_end`), per position and kind:
 `<kind>_first_update_s@P`, and `<kind>_growth` = the time at the largest position / the time at the smallest
 (flat: close to 1). The reference skips a map-style epoch's batches by index and replays an iterable one batch by
@@ -26,7 +28,8 @@ from torch.utils.data import IterableDataset
 from benchmarks.timing import StepClock
 from benchmarks.workloads import TensorDictDataset, Workload, _regression_dataset, probe_loss
 
-KINDS = ("map", "iterable")
+KINDS = ("map", "iterable", "stateful")
+POSITION_FILE = "hf_lightning_dataset_position.json"  # hf_lightning/data/dataset_position.py's record
 
 
 class InOrderIterable(IterableDataset):
@@ -38,6 +41,35 @@ class InOrderIterable(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         for index in range(len(self.dataset)):
             yield self.dataset[index]
+
+
+class PositionedIterable(InOrderIterable):
+    """`InOrderIterable` with torch's Stateful protocol: `state_dict()` is the next example's index, and
+    `load_state_dict()` makes the next iteration start there (as HF datasets' IterableDataset resumes)."""
+
+    def __init__(self, dataset: TensorDictDataset):
+        super().__init__(dataset)
+        self.next_index = 0
+        self.start = 0
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        start, self.start = self.start, 0
+        for index in range(start, len(self.dataset)):
+            self.next_index = index + 1
+            yield self.dataset[index]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"next_index": self.next_index}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.start = state["next_index"]
+
+
+def _set_dataset_position(checkpoint: str, batch: int, batch_size: int) -> None:
+    """The position record a run with a `PositionedIterable` writes at batch `batch` of epoch 0."""
+    record = {"epoch": 0, "positions": [[batch, {"next_index": batch * batch_size}]]}
+    with open(os.path.join(checkpoint, POSITION_FILE), "w", encoding="utf-8") as handle:
+        json.dump(record, handle)
 
 
 def _set_global_step(checkpoint: str, step: int) -> None:
@@ -81,7 +113,10 @@ def _run_resume(workload: Workload, output_dir: str, trainer_cls: type, args_cls
             checkpoint = os.path.join(run_dir, f"checkpoint-{position}")
             shutil.copytree(source, checkpoint)
             _set_global_step(checkpoint, position)
-            train_dataset = dataset if kind == "map" else InOrderIterable(dataset)
+            if kind == "stateful":
+                _set_dataset_position(checkpoint, position, workload.batch_size)
+            wrappers = {"iterable": InOrderIterable, "stateful": PositionedIterable}
+            train_dataset = wrappers[kind](dataset) if kind in wrappers else dataset
             trainer = make(run_dir, train_dataset, position + 1, save=False)
             marks.clear()
             start = time.perf_counter()

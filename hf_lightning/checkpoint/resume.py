@@ -49,6 +49,7 @@ from hf_lightning.checkpoint.files import (
     trainer_state_problem,
     weights_problem,
 )
+from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, read_position_record
 from hf_lightning.engine.protocols import RunLike, TrainerLike
 from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
@@ -77,6 +78,7 @@ class ResumeFiles:
     checkpoint: str
     names: list[str] = field(default_factory=list)
     loaded: dict[str, Any] = field(default_factory=dict)
+    dataset_position: dict[str, Any] | None = None  # data/dataset_position.py's record, when the checkpoint has one
 
     def take(self, name: str, map_location: Any = "cpu") -> Any:
         """The file's content: the copy read at entry the first time, a fresh read after that.
@@ -158,6 +160,9 @@ def prepare_resume(
         files.loaded[name] = files.take(
             name, _optimizer_map_location(args) if name == OPTIMIZER_NAME else "cpu"
         )
+    position_path = os.path.join(checkpoint, DATASET_POSITION_NAME)
+    if os.path.isfile(position_path) and not args.ignore_data_skip:
+        files.dataset_position = read_position_record(position_path)
     if not (fsdp or deepspeed):
         _load_model_weights(trainer, checkpoint, weights_files)
     if args.auto_find_batch_size:
@@ -454,7 +459,10 @@ def enter_epoch(facade: TrainerLike, point: ResumePoint | None, run: RunLike, ep
         return -1
     run.updates_done_in_epoch = skip // facade.plan.module.gradient_accumulation_steps
     dataloader = facade.callback_handler.train_dataloader
-    if callable(getattr(dataloader, "skip_first_batches_once", None)):
+    resumes_at_position = getattr(dataloader, "resume_at_position", None)
+    if callable(resumes_at_position) and resumes_at_position(point.files.dataset_position, epoch, skip):
+        logger.info(f"  The train dataset continues from its position before batch {skip} of epoch {epoch}.")
+    elif callable(getattr(dataloader, "skip_first_batches_once", None)):
         dataloader.skip_first_batches_once(skip)
     else:
         logger.warning(

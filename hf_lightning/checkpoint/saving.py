@@ -49,6 +49,7 @@ from hf_lightning.checkpoint.files import (
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
 from hf_lightning.checkpoint.output_folder import apply_umask, write_failure
 from hf_lightning.checkpoint.save_imports import deepspeed_probe_skipped_while_unloaded
+from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, write_position_record
 from hf_lightning.data.model_inputs import is_peft_model
 from hf_lightning.strategies.distributed import barrier
 
@@ -230,6 +231,7 @@ class CheckpointMixin(MetricsIOMixin):
                 self._save_scaler(temporary_dir)
                 self._save_rng_state(rng_dir or temporary_dir)
             if self.args.should_save:
+                self._save_dataset_position(temporary_dir)
                 self._save_trainer_state(temporary_dir)
 
     def _commit_checkpoint_folder(self, temporary_dir: str, final_dir: str, token: str) -> None:
@@ -339,6 +341,18 @@ class CheckpointMixin(MetricsIOMixin):
             else:
                 rng_states["cuda"] = torch.cuda.random.get_rng_state()
         return rng_states
+
+    def _dataset_position_record(self) -> dict[str, Any] | None:
+        """The train dataset's recent positions, when its loader records them (data/dataset_position.py)."""
+        loader = getattr(getattr(self, "callback_handler", None), "train_dataloader", None)
+        positions = getattr(loader, "dataset_positions", None)
+        return positions.record() if positions is not None else None
+
+    def _save_dataset_position(self, output_dir: str) -> None:
+        """`hf_lightning_dataset_position.json`, so a resume continues the dataset from there (no replay)."""
+        record = self._dataset_position_record()
+        if record is not None:
+            write_position_record(os.path.join(output_dir, DATASET_POSITION_NAME), record)
 
     def _save_trainer_state(self, output_dir: str) -> None:
         self._refresh_stateful_callbacks()

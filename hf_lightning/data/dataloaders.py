@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler, SequentialSampler
 
 from hf_lightning.data.collate import collates_without_side_effects, pick_default_collator
+from hf_lightning.data.dataset_position import DatasetPositions, position_before, position_restorable
 from hf_lightning.data.model_inputs import (
     apply_column_removal,
     get_eval_sampler,
@@ -64,6 +65,8 @@ class HFDataLoader(DataLoader):
         self.iteration = 0
         self._skip_next_iteration = 0
         self._skipping_now = 0
+        self._resume_position: tuple[int, Any] | None = None
+        self.dataset_positions = DatasetPositions(dataset) if position_restorable(self) else None
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch `epoch` (sampler order, dataset `set_epoch`)."""
@@ -83,6 +86,16 @@ class HFDataLoader(DataLoader):
             raise ValueError(f"skip_first_batches_once: num_batches must be >= 0, got {num_batches}.")
         self._skip_next_iteration = num_batches
 
+    def resume_at_position(self, record: dict[str, Any] | None, epoch: int, num_batches: int) -> bool:
+        """Make the next iteration (epoch `epoch`) continue from the dataset's recorded position before batch
+        `num_batches` (`data/dataset_position.py`) instead of replaying those batches; False (nothing changed)
+        when this loader's dataset cannot be put back or `record` does not hold that position."""
+        state = position_before(record, epoch, num_batches) if self.dataset_positions is not None else None
+        if state is None:
+            return False
+        self._resume_position = (num_batches, state)
+        return True
+
     @property
     def _index_sampler(self) -> Any:
         # Read by torch's iterator when it is created: the skipping wrapper exists only for that moment, so
@@ -98,6 +111,16 @@ class HFDataLoader(DataLoader):
     def _start_iteration(self) -> Iterator[Any]:
         self.set_epoch(self.iteration)
         skip, self._skip_next_iteration = self._skip_next_iteration, 0
+        resumed_at, position = self._resume_position or (0, None)
+        self._resume_position = None
+        if position is not None:
+            self.dataset.load_state_dict(position)  # read by the dataset's next iteration, started below
+        iterator = self._skipped_iterator(skip)
+        if self.dataset_positions is None:
+            return iterator
+        return self.dataset_positions.recording(iterator, self.iteration, first_index=resumed_at + skip)
+
+    def _skipped_iterator(self, skip: int) -> Iterator[Any]:
         replay = skip if isinstance(self.dataset, IterableDataset) else 0
         self._skipping_now = skip - replay
         try:

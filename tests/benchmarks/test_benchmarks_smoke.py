@@ -48,7 +48,7 @@ def test_smoke_runs_every_workload_and_runner(smoke_report):
 def test_smoke_runners_did_the_same_work(smoke_report):
     assert smoke_report["step_count_problems"] == []
     agreement = {row["workload"]: row for row in smoke_report["loss_agreement"]}
-    resumes = {f"resume:{kind}@{position}" for kind in ("map", "iterable") for position in SCALES["smoke"]["resume_positions"]}
+    resumes = {f"resume:{kind}@{position}" for kind in ("map", "iterable", "stateful") for position in SCALES["smoke"]["resume_positions"]}
     assert set(agreement) == {"tiny", "cls", "clm", "eval", "ddp:cls", "ddp:clm"} | resumes
     for row in agreement.values():
         assert row["agree"], row
@@ -74,7 +74,7 @@ def test_smoke_report_has_targets_ratios_and_imports(smoke_report):
     (ddp_ours,) = [r for r in smoke_report["results"] if r["workload"] == "ddp" and r["runner"] == "hf_lightning"]
     assert ddp_ours["cls_steps"] == ddp_ours["cls_expected_steps"] and ddp_ours["clm_steps_per_s"] > 0
     resume_ours = smoke_report["summary"]["resume"]["hf_lightning"]
-    assert resume_ours["map_growth"]["median"] > 0 and resume_ours["iterable_growth"]["median"] > 0
+    assert all(resume_ours[f"{kind}_growth"]["median"] > 0 for kind in ("map", "iterable", "stateful"))
     targets = {(t["workload"], t["metric"]): t for t in smoke_report["targets"]}
     assert targets[("resume", "map_growth")]["twin_ratio"]["median"] > 0  # the reference's own growth beside ours
     statements = {row["statement"]: row for row in smoke_report["imports"]["statements"]}

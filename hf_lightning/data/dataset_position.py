@@ -1,0 +1,136 @@
+"""Resuming an iterable dataset's epoch from its recorded position instead of replaying the batches before it.
+
+The reference fast-forwards an IterableDataset by drawing and discarding every batch already trained on
+(transformers issues #11284, #18649: hours on a large streamed dataset). A dataset that follows torch's Stateful
+protocol (`state_dict()` says where its iteration stands, `load_state_dict()` makes the next iteration start
+there), as HF datasets' IterableDataset does, can instead be put back where it was. While the train loader reads
+such a dataset, the position before each batch is recorded; a checkpoint keeps the last few in
+`DATASET_POSITION_NAME` (JSON: nothing pickled is written or read) and a resume that must skip B batches loads the
+position before batch B. Only where that yields exactly what the replay would: the main process reads the dataset
+(no workers), the collator is known to have no side effects, and no shuffle buffer (which HF datasets does not
+restore) sits in the dataset. Otherwise the batches are replayed as before (docs/divergences.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import IterableDataset
+
+from hf_lightning.data.collate import collates_without_side_effects
+
+logger = logging.getLogger(__name__)
+
+DATASET_POSITION_NAME = "hf_lightning_dataset_position.json"
+# Positions kept: the batches the loaders have drawn ahead of training (ours and Lightning's one each) and a margin.
+_RECENT_POSITIONS = 8
+
+
+def position_restorable(loader: Any) -> bool:
+    """Whether `loader`'s IterableDataset can be put back to a recorded position with the same result as a replay."""
+    dataset = getattr(loader, "dataset", None)
+    if not isinstance(dataset, IterableDataset):
+        return False
+    if not (callable(getattr(dataset, "state_dict", None)) and callable(getattr(dataset, "load_state_dict", None))):
+        return False
+    if getattr(loader, "num_workers", 0) != 0:
+        return False  # each worker iterates its own copy: the main process's dataset does not move
+    if _hf_datasets_restore_is_inexact(dataset):
+        return False
+    return collates_without_side_effects(getattr(loader, "collate_fn", None))
+
+
+def _hf_datasets_restore_is_inexact(dataset: Any) -> bool:
+    """The two cases HF datasets' `IterableDataset.state_dict` documents as not resuming exactly: a shuffle buffer
+    (its examples are lost) and the arrow format over a batched `map` (a batch may be skipped)."""
+    stages = _example_iterables(getattr(dataset, "_ex_iterable", None))
+    if any(type(stage).__name__ == "BufferShuffledExamplesIterable" for stage in stages):
+        return True
+    formatting = getattr(dataset, "_formatting", None)
+    arrow = getattr(formatting, "format_type", None) == "arrow"
+    return arrow and any(getattr(stage, "batched", False) for stage in stages)
+
+
+def _example_iterables(stage: Any, depth: int = 0) -> list[Any]:
+    """An HF datasets IterableDataset's chain of example iterables (each wraps `ex_iterable` or `ex_iterables`)."""
+    if stage is None or depth > 64:
+        return []
+    inner = [getattr(stage, "ex_iterable", None), *(getattr(stage, "ex_iterables", None) or [])]
+    return [stage, *(found for child in inner for found in _example_iterables(child, depth + 1))]
+
+
+class DatasetPositions:
+    """The dataset's position before each of the last batches drawn in the current epoch."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self.epoch: int | None = None
+        self.recent: deque[tuple[int, Any]] = deque(maxlen=_RECENT_POSITIONS)
+
+    def recording(self, batches: Iterator[Any], epoch: int, first_index: int) -> Iterator[Any]:
+        """Yield `batches` (epoch `epoch`, starting at batch `first_index`), recording the position before each."""
+        self.epoch = epoch
+        self.recent.clear()
+        index = first_index
+        while True:
+            self.recent.append((index, self.dataset.state_dict()))
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            yield batch
+            index += 1
+
+    def record(self) -> dict[str, Any] | None:
+        """What a checkpoint keeps: `{"epoch": e, "positions": [[batch, state], ...]}`, None when there is nothing
+        to keep or a state is not plain JSON (a resume then replays)."""
+        if self.epoch is None or not self.recent:
+            return None
+        record = {"epoch": self.epoch, "positions": [[index, state] for index, state in self.recent]}
+        try:
+            return json.loads(json.dumps(record))  # a copy that later batches do not change
+        except (TypeError, ValueError):
+            logger.debug("The dataset's state_dict() is not plain JSON; a resume replays the batches instead.")
+            return None
+
+
+def position_before(record: dict[str, Any] | None, epoch: int, batch: int) -> Any | None:
+    """The recorded state before batch `batch` of epoch `epoch`, or None when the record does not hold it."""
+    if not record or record.get("epoch") != epoch:
+        return None
+    for index, state in record.get("positions", []):
+        if index == batch:
+            return state
+    return None
+
+
+def read_position_record(path: str) -> dict[str, Any]:
+    """The record written by a checkpoint, checked for its shape; a damaged file is refused, naming it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise ValueError(_damaged(path, f"it cannot be read as JSON ({error})")) from error
+    positions = record.get("positions") if isinstance(record, dict) else None
+    if not isinstance(record, dict) or not isinstance(record.get("epoch"), int) or not isinstance(positions, list):
+        raise ValueError(_damaged(path, 'it is not {"epoch": <int>, "positions": [[<batch>, <state>], ...]}'))
+    if not all(isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int) for entry in positions):
+        raise ValueError(_damaged(path, "an entry of `positions` is not [<batch index>, <state>]"))
+    return record
+
+
+def write_position_record(path: str, record: dict[str, Any]) -> None:
+    """Write the record (the checkpoint's commit makes it durable with the other files)."""
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(record, handle)
+
+
+def _damaged(path: str, reason: str) -> str:
+    return (
+        f"{path}: the dataset position saved with this checkpoint is damaged: {reason}. Delete the file to resume "
+        "by replaying the epoch's batches instead."
+    )

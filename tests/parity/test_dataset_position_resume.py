@@ -1,0 +1,181 @@
+"""Resuming into an iterable dataset's epoch from the dataset's recorded position (data/dataset_position.py).
+
+A dataset with `state_dict()` / `load_state_dict()` (HF datasets' IterableDataset, or a user's) is put back where
+the checkpoint left it instead of being replayed: the resumed run is bit-identical to the uninterrupted one and to
+the replayed resume, matches transformers.Trainer's resume (which replays), and draws none of the skipped
+examples. A shuffle buffer, a collator that may draw random numbers, or a damaged record keep the replay or are
+refused before training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import datasets
+import pytest
+import torch
+
+from hf_lightning.data.dataset_position import DATASET_POSITION_NAME
+from tests.parity.models import DropoutMLP, regression_data
+from tests.parity.test_resume import assert_bit_identical, max_difference, step_logs, train
+
+SETTINGS = dict(max_steps=8, save_steps=3, gradient_accumulation_steps=2)
+
+
+class PositionedStream(torch.utils.data.IterableDataset):
+    """Items in order, with torch's Stateful protocol; counts the examples it yields."""
+
+    def __init__(self, items):
+        self.items = items
+        self.next_index = 0
+        self.start = 0
+        self.drawn = 0
+
+    def __iter__(self):
+        start, self.start = self.start, 0  # a loaded position applies to the next iteration only
+        for index in range(start, len(self.items)):
+            self.next_index = index + 1
+            self.drawn += 1
+            yield self.items[index]
+
+    def state_dict(self):
+        return {"next_index": self.next_index}
+
+    def load_state_dict(self, state):
+        self.start = state["next_index"]
+
+
+def _hf_stream(count: int) -> datasets.IterableDataset:
+    items = regression_data(count).items
+    table = {"x": [item["x"].tolist() for item in items], "labels": [item["labels"].item() for item in items]}
+    return datasets.Dataset.from_dict(table).to_iterable_dataset(num_shards=1).with_format("torch")
+
+
+def _interrupted_then_resumed(tmp_path, make_dataset, **settings):
+    """An uninterrupted run, and one stopped at step 3 (its checkpoint) then resumed on a fresh dataset."""
+    settings = {**SETTINGS, **settings}
+    straight = train("ours", tmp_path / "a", make_dataset(), make_model=DropoutMLP, **settings)
+    train("ours", tmp_path / "b", make_dataset(), stop_at=3, make_model=DropoutMLP, **settings)
+    checkpoint = tmp_path / "b" / "checkpoint-3"
+    resumed_dataset = make_dataset()
+    resumed = train(
+        "ours", tmp_path / "b", resumed_dataset, resume=str(checkpoint), make_model=DropoutMLP, model_seed=7, **settings
+    )
+    return straight, resumed, resumed_dataset, checkpoint
+
+
+def test_a_stateful_dataset_continues_from_its_position_without_drawing_the_skipped_examples(tmp_path):
+    items = regression_data(40).items
+    straight, resumed, dataset, checkpoint = _interrupted_then_resumed(tmp_path, lambda: PositionedStream(items))
+    record = json.loads((checkpoint / DATASET_POSITION_NAME).read_text())
+    assert record["epoch"] == 0 and [6, {"next_index": 12}] in record["positions"]  # 3 updates x 2 batches of 2
+    assert_bit_identical(resumed.weights, straight.weights)
+    assert step_logs(resumed.log_history) == step_logs(straight.log_history)
+    # 5 more updates of 2 batches of 2 from example 12, plus the one batch drawn ahead: nothing before 12.
+    assert dataset.drawn == 5 * 2 * 2 + 2
+
+
+def test_the_position_resume_equals_the_replay_and_the_reference(tmp_path):
+    items = regression_data(40).items
+    _, by_position, _, checkpoint = _interrupted_then_resumed(tmp_path, lambda: PositionedStream(items))
+    (checkpoint / DATASET_POSITION_NAME).unlink()  # without the record the batches are replayed
+    replayed_dataset = PositionedStream(items)
+    replayed = train(
+        "ours", tmp_path / "b", replayed_dataset, resume=str(checkpoint), make_model=DropoutMLP, model_seed=7,
+        **SETTINGS,
+    )
+    assert replayed_dataset.drawn > 12  # the replay drew the trained examples again
+    assert_bit_identical(by_position.weights, replayed.weights)
+    reference_dir = tmp_path / "r"
+    train("reference", reference_dir, PositionedStream(items), stop_at=3, make_model=DropoutMLP, **SETTINGS)
+    reference = train(
+        "reference", reference_dir, PositionedStream(items), resume=str(reference_dir / "checkpoint-3"),
+        make_model=DropoutMLP, model_seed=7, **SETTINGS,
+    )
+    assert max_difference(by_position.weights, reference.weights) <= 1e-6
+    assert [entry["loss"] for entry in step_logs(by_position.log_history) if "loss" in entry] == pytest.approx(
+        [entry["loss"] for entry in step_logs(reference.log_history) if "loss" in entry], rel=1e-5
+    )
+
+
+def test_an_hf_datasets_stream_resumes_from_its_state(tmp_path):
+    straight, resumed, _, checkpoint = _interrupted_then_resumed(tmp_path, lambda: _hf_stream(40))
+    assert (checkpoint / DATASET_POSITION_NAME).is_file()
+    assert_bit_identical(resumed.weights, straight.weights)
+    assert step_logs(resumed.log_history) == step_logs(straight.log_history)
+
+
+def test_a_record_from_a_later_pass_of_the_dataset_is_not_applied(tmp_path):
+    # 20 examples: 5 updates (2 batches of 2) per pass. The reference places step 7 of a lengthless dataset at
+    # batch 14 of epoch 0 and replays (transformers #26413); the record (pass 1, batch 4) is not that position.
+    items = regression_data(20).items
+    settings = dict(max_steps=9, save_steps=7, gradient_accumulation_steps=2)
+    train("ours", tmp_path / "b", PositionedStream(items), stop_at=7, make_model=DropoutMLP, **settings)
+    checkpoint = tmp_path / "b" / "checkpoint-7"
+    assert json.loads((checkpoint / DATASET_POSITION_NAME).read_text())["epoch"] == 1
+    runs = []
+    for keep_record in (True, False):
+        if not keep_record:
+            (checkpoint / DATASET_POSITION_NAME).unlink()
+        runs.append(
+            train("ours", tmp_path / "b", PositionedStream(items), resume=str(checkpoint), make_model=DropoutMLP,
+                  model_seed=7, **settings)
+        )
+    assert_bit_identical(runs[0].weights, runs[1].weights)
+
+
+def test_a_shuffle_buffer_keeps_the_replay(tmp_path):
+    def shuffled():
+        return _hf_stream(40).shuffle(seed=3, buffer_size=8)
+
+    straight, resumed, _, checkpoint = _interrupted_then_resumed(tmp_path, shuffled)
+    assert not (checkpoint / DATASET_POSITION_NAME).exists()
+    assert_bit_identical(resumed.weights, straight.weights)
+
+
+def test_a_damaged_record_is_refused_before_training_naming_the_file(tmp_path):
+    items = regression_data(40).items
+    train("ours", tmp_path / "b", PositionedStream(items), stop_at=3, make_model=DropoutMLP, **SETTINGS)
+    checkpoint = tmp_path / "b" / "checkpoint-3"
+    path = checkpoint / DATASET_POSITION_NAME
+    path.write_text('{"epoch": "zero"}')
+    weights_before = os.path.getmtime(checkpoint / "model.safetensors")
+    with pytest.raises(ValueError, match=rf"{DATASET_POSITION_NAME}.*damaged.*Delete the file"):
+        train("ours", tmp_path / "b", PositionedStream(items), resume=str(checkpoint), make_model=DropoutMLP, **SETTINGS)
+    assert os.path.getmtime(checkpoint / "model.safetensors") == weights_before
+
+
+def test_a_plain_iterable_dataset_writes_no_record(tmp_path):
+    from tests.parity.test_resume import StreamOfItems
+
+    train("ours", tmp_path / "b", StreamOfItems(regression_data(40).items), stop_at=3, make_model=DropoutMLP, **SETTINGS)
+    assert not (tmp_path / "b" / "checkpoint-3" / DATASET_POSITION_NAME).exists()
+
+
+def test_an_asynchronous_save_keeps_the_position_of_its_step(tmp_path):
+    from lightning.pytorch.plugins.io import AsyncCheckpointIO
+
+    from hf_lightning import TrainingArguments
+    from hf_lightning.engine.trainer import HFLightningTrainer
+    from tests.parity.test_resume import StopAt
+
+    items = regression_data(40).items
+    records = []
+    for asynchronous in (False, True):
+        run_dir = tmp_path / ("async" if asynchronous else "sync")
+        args = dict(use_cpu=True, report_to="none", disable_tqdm=True, per_device_train_batch_size=2, seed=123)
+        trainer = HFLightningTrainer(
+            model=DropoutMLP(0),
+            args=TrainingArguments(output_dir=str(run_dir), **args, **SETTINGS),
+            train_dataset=PositionedStream(items),
+            callbacks=[StopAt(6)],
+        )
+        if asynchronous:
+            trainer.lightning_trainer_overrides = {"plugins": [AsyncCheckpointIO()]}
+        trainer.train()
+        records.append([json.loads((run_dir / f"checkpoint-{step}" / DATASET_POSITION_NAME).read_text())
+                        for step in (3, 6)])
+    assert records[1] == records[0]
+    assert [6, {"next_index": 12}] in records[0][0]["positions"]
+    assert [12, {"next_index": 24}] in records[0][1]["positions"]
