@@ -25,9 +25,11 @@ SCALES: dict[str, dict[str, Any]] = {
     "full": {
         "repeats": 3,
         # tiny measures tenths of a millisecond per step: more repeats tighten its min-max (runs are short).
-        "tiny_repeats": 5,
+        "tiny_repeats": 7,
         # clm's 1.6 s steps vary by ~5% from run to run with the neighbour core's load: one more repeat.
         "clm_repeats": 4,
+        # a 2-process step shares both cores with the other rank: its steps/s moves by +-15 % between runs.
+        "ddp_repeats": 5,
         "tiny_steps": 1500,
         "cls_steps": 16,
         "clm_steps": 8,
