@@ -214,6 +214,24 @@ def test_each_recorded_position_is_the_dataset_state_before_that_batch(tmp_path)
             assert state == {"next_index": 2 * index}, (step, index, state)
 
 
+def test_a_damaged_record_makes_the_checkpoint_invalid_for_resume_true(tmp_path):
+    from hf_lightning.checkpoint.files import checkpoint_problem
+
+    items = regression_data(40).items
+    train("ours", tmp_path / "b", PositionedStream(items), stop_at=6, make_model=DropoutMLP, **SETTINGS)
+    path = tmp_path / "b" / "checkpoint-6" / DATASET_POSITION_NAME
+    path.write_text("{")
+    problem = checkpoint_problem(str(tmp_path / "b" / "checkpoint-6"))
+    assert problem is not None and DATASET_POSITION_NAME in problem
+    assert checkpoint_problem(str(tmp_path / "b" / "checkpoint-3")) is None
+    resumed = train("ours", tmp_path / "b", PositionedStream(items), resume=True, stop_at=5, make_model=DropoutMLP,
+                    model_seed=7, **SETTINGS)
+    # Resumed from checkpoint-3 (from checkpoint-6 the run would be past step 5); checkpoint-6 is left as it was.
+    assert resumed.trainer.state.global_step == 5
+    assert path.read_text() == "{"
+
+
+
 def test_only_the_train_loader_records_positions():
     # An eval loop never resumes into its dataset: reading state_dict() before each eval batch is pure overhead.
     from hf_lightning import TrainingArguments
