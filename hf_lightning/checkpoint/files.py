@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from hf_lightning.checkpoint.durability import fsync_directory
+from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, position_record_problem
 
 PREFIX_CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_DIR_PATTERN = re.compile(r"^" + PREFIX_CHECKPOINT_DIR + r"\-(\d+)$")
@@ -219,7 +220,7 @@ def checkpoint_problem(path: str) -> str | None:
     """Why `path` is not a checkpoint a resume can trust (naming the file and what is wrong), or None.
 
     The files decide, the marker alone does not. Ours (completion marker present): the marker parses, and the
-    weights, trainer state and every optimizer / scheduler / scaler / RNG file present load. The reference's (no
+    weights, trainer state and every optimizer / scheduler / scaler / RNG / dataset-position file present load. The reference's (no
     marker): weights, optimizer, scheduler, RNG and trainer-state files are all present and load. "Load" is
     cheap: the safetensors header and its byte ranges against the file size, `torch.load(weights_only=True,
     mmap=True)` (tensors mapped, not read), and the trainer state parsed with its step and intervals present.
@@ -261,6 +262,8 @@ def checkpoint_problem(path: str) -> str | None:
         problem = rng_state_problem(os.path.join(path, name))
         if problem is not None:
             return problem
+    if os.path.isfile(os.path.join(path, DATASET_POSITION_NAME)):
+        return position_record_problem(os.path.join(path, DATASET_POSITION_NAME))
     return None
 
 

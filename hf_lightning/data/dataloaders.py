@@ -66,7 +66,7 @@ class HFDataLoader(DataLoader):
         self._skip_next_iteration = 0
         self._skipping_now = 0
         self._resume_position: tuple[int, Any] | None = None
-        self.dataset_positions = DatasetPositions(dataset) if position_restorable(self) else None
+        self.dataset_positions = DatasetPositions(dataset, self.batch_size) if position_restorable(self) else None
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch `epoch` (sampler order, dataset `set_epoch`)."""
@@ -90,7 +90,8 @@ class HFDataLoader(DataLoader):
         """Make the next iteration (epoch `epoch`) continue from the dataset's recorded position before batch
         `num_batches` (`data/dataset_position.py`) instead of replaying those batches; False (nothing changed)
         when this loader's dataset cannot be put back or `record` does not hold that position."""
-        state = position_before(record, epoch, num_batches) if self.dataset_positions is not None else None
+        positions = self.dataset_positions
+        state = position_before(record, epoch, num_batches, positions.batch_size) if positions is not None else None
         if state is None:
             return False
         self._resume_position = (num_batches, state)
@@ -118,7 +119,10 @@ class HFDataLoader(DataLoader):
         iterator = self._skipped_iterator(skip)
         if self.dataset_positions is None:
             return iterator
-        return self.dataset_positions.recording(iterator, self.iteration, first_index=resumed_at + skip)
+        # The position before the first batch: the one loaded, or where the replayed batches left the (started)
+        # iteration; at an epoch's start none (data/dataset_position.py `DatasetPositions.recording`).
+        first_state = position if position is not None else self.dataset.state_dict() if skip else None
+        return self.dataset_positions.recording(iterator, self.iteration, resumed_at + skip, first_state)
 
     def _skipped_iterator(self, skip: int) -> Iterator[Any]:
         replay = skip if isinstance(self.dataset, IterableDataset) else 0
@@ -270,7 +274,10 @@ def _build_dataloader(
                 "An IterableDataset with world_size > 1 is not supported yet by hf_lightning (the reference "
                 "reads it on rank 0 and dispatches slices); use a map-style dataset with a length."
             )
-        return HFDataLoader(dataset, **params)
+        loader = HFDataLoader(dataset, **params)
+        if not is_training:
+            loader.dataset_positions = None  # an eval loop never resumes into its dataset: nothing to record
+        return loader
 
     sampler = make_sampler(dataset)
     if isinstance(sampler, BatchRebalanceSampler):

@@ -64,33 +64,49 @@ def _example_iterables(stage: Any, depth: int = 0) -> list[Any]:
 
 
 class DatasetPositions:
-    """The dataset's position before each of the last batches drawn in the current epoch."""
+    """The dataset's position before each of the last batches drawn in the current epoch.
 
-    def __init__(self, dataset: Any) -> None:
+    Positions count batches of `batch_size` examples: the record keeps it, and a resume at another batch size
+    replays (batch B at another size is another example).
+    """
+
+    def __init__(self, dataset: Any, batch_size: int | None) -> None:
         self.dataset = dataset
+        self.batch_size = batch_size
         self.epoch: int | None = None
         self.recent: deque[tuple[int, Any]] = deque(maxlen=_RECENT_POSITIONS)
 
-    def recording(self, batches: Iterator[Any], epoch: int, first_index: int) -> Iterator[Any]:
-        """Yield `batches` (epoch `epoch`, starting at batch `first_index`), recording the position before each."""
+    def recording(
+        self, batches: Iterator[Any], epoch: int, first_index: int, first_state: Any | None = None
+    ) -> Iterator[Any]:
+        """Yield `batches` (epoch `epoch`, starting at batch `first_index`), recording the position before each.
+
+        The position before batch i+1 is read right after batch i is drawn: before its iterator has started, a
+        dataset's `state_dict()` says nothing about the coming iteration (HF datasets returns the previous one's
+        state). `first_state` is the position before batch `first_index` when it is known (the position the
+        iteration was resumed at, or the state after the replayed batches); at an epoch's start none is needed
+        (a resume at batch 0 loads nothing).
+        """
         self.epoch = epoch
         self.recent.clear()
+        if first_state is not None:
+            self.recent.append((first_index, first_state))
         index = first_index
-        while True:
-            self.recent.append((index, self.dataset.state_dict()))
-            try:
-                batch = next(batches)
-            except StopIteration:
-                return
-            yield batch
+        for batch in batches:
             index += 1
+            self.recent.append((index, self.dataset.state_dict()))
+            yield batch
 
     def record(self) -> dict[str, Any] | None:
-        """What a checkpoint keeps: `{"epoch": e, "positions": [[batch, state], ...]}`, None when there is nothing
-        to keep or a state is not plain JSON (a resume then replays)."""
+        """What a checkpoint keeps: `{"epoch": e, "batch_size": b, "positions": [[batch, state], ...]}`, None when
+        there is nothing to keep or a state is not plain JSON (a resume then replays)."""
         if self.epoch is None or not self.recent:
             return None
-        record = {"epoch": self.epoch, "positions": [[index, state] for index, state in self.recent]}
+        record = {
+            "epoch": self.epoch,
+            "batch_size": self.batch_size,
+            "positions": [[index, state] for index, state in self.recent],
+        }
         try:
             return json.loads(json.dumps(record))  # a copy that later batches do not change
         except (TypeError, ValueError):
@@ -98,13 +114,27 @@ class DatasetPositions:
             return None
 
 
-def position_before(record: dict[str, Any] | None, epoch: int, batch: int) -> Any | None:
-    """The recorded state before batch `batch` of epoch `epoch`, or None when the record does not hold it."""
-    if not record or record.get("epoch") != epoch:
+def position_before(record: dict[str, Any] | None, epoch: int, batch: int, batch_size: int | None) -> Any | None:
+    """The recorded state before batch `batch` of epoch `epoch` for batches of `batch_size`, or None when the
+    record does not hold it (another pass, another batch size, a batch outside the recorded window)."""
+    if not record or record.get("epoch") != epoch or record.get("batch_size") != batch_size:
         return None
     for index, state in record.get("positions", []):
         if index == batch:
             return state
+    return None
+
+
+def position_record_problem(path: str) -> str | None:
+    """Why the record at `path` cannot be used (naming the file and the fix), or None when it reads as a record.
+
+    Checked where every checkpoint file is (checkpoint/files.py `checkpoint_problem`), so `resume_from_checkpoint=True`
+    passes over a checkpoint whose record is damaged and an explicit resume is refused before training.
+    """
+    try:
+        read_position_record(path)
+    except ValueError as error:
+        return str(error)
     return None
 
 
@@ -118,6 +148,8 @@ def read_position_record(path: str) -> dict[str, Any]:
     positions = record.get("positions") if isinstance(record, dict) else None
     if not isinstance(record, dict) or not isinstance(record.get("epoch"), int) or not isinstance(positions, list):
         raise ValueError(_damaged(path, 'it is not {"epoch": <int>, "positions": [[<batch>, <state>], ...]}'))
+    if not isinstance(record.get("batch_size"), (int, type(None))):
+        raise ValueError(_damaged(path, "`batch_size` is not an integer"))
     if not all(isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int) for entry in positions):
         raise ValueError(_damaged(path, "an entry of `positions` is not [<batch index>, <state>]"))
     return record

@@ -179,3 +179,66 @@ def test_an_asynchronous_save_keeps_the_position_of_its_step(tmp_path):
     assert records[1] == records[0]
     assert [6, {"next_index": 12}] in records[0][0]["positions"]
     assert [12, {"next_index": 24}] in records[0][1]["positions"]
+
+
+def test_a_resume_at_another_batch_size_replays_instead_of_loading_the_position(tmp_path):
+    # The record's batch indices count batches of the size it was written at: batch 6 of 2 examples is example 12,
+    # while the replay the reference does at the resumed size of 4 draws 24 examples.
+    items = regression_data(60).items
+    train("ours", tmp_path / "b", PositionedStream(items), stop_at=3, make_model=DropoutMLP, **SETTINGS)
+    checkpoint = tmp_path / "b" / "checkpoint-3"
+    runs = []
+    for keep_record in (True, False):
+        if not keep_record:
+            (checkpoint / DATASET_POSITION_NAME).unlink()
+        runs.append(
+            train("ours", tmp_path / "b", PositionedStream(items), resume=str(checkpoint), make_model=DropoutMLP,
+                  model_seed=7, **{**SETTINGS, "per_device_train_batch_size": 4})
+        )
+    assert_bit_identical(runs[0].weights, runs[1].weights)
+
+
+def test_each_recorded_position_is_the_dataset_state_before_that_batch(tmp_path):
+    # A dataset's state_dict() before its iterator has started says nothing about the coming iteration (HF datasets
+    # returns the previous iteration's state; this stream, a fresh one's): the entry for the batch a resume
+    # continued from must be the loaded position, and no entry may be a state read before the iteration began.
+    items = regression_data(40).items
+    settings = dict(max_steps=8, save_steps=1, gradient_accumulation_steps=1)
+    train("ours", tmp_path / "b", PositionedStream(items), stop_at=3, make_model=DropoutMLP, **settings)
+    train("ours", tmp_path / "b", PositionedStream(items), resume=str(tmp_path / "b" / "checkpoint-3"),
+          stop_at=4, make_model=DropoutMLP, model_seed=7, **settings)
+    for step in (1, 4):
+        record = json.loads((tmp_path / "b" / f"checkpoint-{step}" / DATASET_POSITION_NAME).read_text())
+        assert record["positions"], step
+        for index, state in record["positions"]:
+            assert state == {"next_index": 2 * index}, (step, index, state)
+
+
+def test_a_damaged_record_makes_the_checkpoint_invalid_for_resume_true(tmp_path):
+    from hf_lightning.checkpoint.files import checkpoint_problem
+
+    items = regression_data(40).items
+    train("ours", tmp_path / "b", PositionedStream(items), stop_at=6, make_model=DropoutMLP, **SETTINGS)
+    path = tmp_path / "b" / "checkpoint-6" / DATASET_POSITION_NAME
+    path.write_text("{")
+    problem = checkpoint_problem(str(tmp_path / "b" / "checkpoint-6"))
+    assert problem is not None and DATASET_POSITION_NAME in problem
+    assert checkpoint_problem(str(tmp_path / "b" / "checkpoint-3")) is None
+    resumed = train("ours", tmp_path / "b", PositionedStream(items), resume=True, stop_at=5, make_model=DropoutMLP,
+                    model_seed=7, **SETTINGS)
+    # Resumed from checkpoint-3 (from checkpoint-6 the run would be past step 5); checkpoint-6 is left as it was.
+    assert resumed.trainer.state.global_step == 5
+    assert path.read_text() == "{"
+
+
+
+def test_only_the_train_loader_records_positions():
+    # An eval loop never resumes into its dataset: reading state_dict() before each eval batch is pure overhead.
+    from hf_lightning import TrainingArguments
+    from hf_lightning.data.dataloaders import build_eval_dataloader, build_train_dataloader
+
+    args = TrainingArguments(output_dir="unused", use_cpu=True, report_to="none", per_device_train_batch_size=2)
+    items = regression_data(8).items
+    common = dict(args=args, data_collator=None, model=DropoutMLP(0))
+    assert build_train_dataloader(PositionedStream(items), **common).dataset_positions is not None
+    assert build_eval_dataloader(PositionedStream(items), **common).dataset_positions is None
