@@ -67,7 +67,7 @@ class PositionedIterable(InOrderIterable):
 
 def _set_dataset_position(checkpoint: str, batch: int, batch_size: int) -> None:
     """The position record a run with a `PositionedIterable` writes at batch `batch` of epoch 0."""
-    record = {"epoch": 0, "positions": [[batch, {"next_index": batch * batch_size}]]}
+    record = {"epoch": 0, "batch_size": batch_size, "positions": [[batch, {"next_index": batch * batch_size}]]}
     with open(os.path.join(checkpoint, POSITION_FILE), "w", encoding="utf-8") as handle:
         json.dump(record, handle)
 
