@@ -122,7 +122,9 @@ class HFDataLoader(DataLoader):
         # The position before the first batch: the one loaded, or where the replayed batches left the (started)
         # iteration; at an epoch's start none (data/dataset_position.py `DatasetPositions.recording`).
         first_state = position if position is not None else self.dataset.state_dict() if skip else None
-        return self.dataset_positions.recording(iterator, self.iteration, resumed_at + skip, first_state)
+        return self.dataset_positions.recording(
+            iterator, self.iteration, resumed_at + skip, first_state, loaded=position is not None
+        )
 
     def _skipped_iterator(self, skip: int) -> Iterator[Any]:
         replay = skip if isinstance(self.dataset, IterableDataset) else 0

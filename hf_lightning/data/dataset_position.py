@@ -77,7 +77,12 @@ class DatasetPositions:
         self.recent: deque[tuple[int, Any]] = deque(maxlen=_RECENT_POSITIONS)
 
     def recording(
-        self, batches: Iterator[Any], epoch: int, first_index: int, first_state: Any | None = None
+        self,
+        batches: Iterator[Any],
+        epoch: int,
+        first_index: int,
+        first_state: Any | None = None,
+        loaded: bool = False,
     ) -> Iterator[Any]:
         """Yield `batches` (epoch `epoch`, starting at batch `first_index`), recording the position before each.
 
@@ -85,7 +90,8 @@ class DatasetPositions:
         dataset's `state_dict()` says nothing about the coming iteration (HF datasets returns the previous one's
         state). `first_state` is the position before batch `first_index` when it is known (the position the
         iteration was resumed at, or the state after the replayed batches); at an epoch's start none is needed
-        (a resume at batch 0 loads nothing).
+        (a resume at batch 0 loads nothing). `loaded`: this iteration started from a loaded position, which is
+        forgotten once the first batch is drawn (`forget_loaded_position`).
         """
         self.epoch = epoch
         self.recent.clear()
@@ -93,6 +99,9 @@ class DatasetPositions:
             self.recent.append((first_index, first_state))
         index = first_index
         for batch in batches:
+            if loaded:
+                forget_loaded_position(self.dataset)
+                loaded = False
             index += 1
             self.recent.append((index, self.dataset.state_dict()))
             yield batch
@@ -112,6 +121,15 @@ class DatasetPositions:
         except (TypeError, ValueError):
             logger.debug("The dataset's state_dict() is not plain JSON; a resume replays the batches instead.")
             return None
+
+
+def forget_loaded_position(dataset: Any) -> None:
+    """Once the resumed iteration has started: HF datasets' IterableDataset keeps a loaded state and starts every
+    later iteration of the same epoch there (its `__iter__` applies `_starting_state_dict` while the epoch matches),
+    so an evaluation on the same object, a restarted `train()` or the user's own loop would start mid-stream. Our
+    contract, torch's Stateful one, is that a loaded position applies to the next iteration only."""
+    if getattr(dataset, "_starting_state_dict", None) is not None:
+        dataset._starting_state_dict = None
 
 
 def position_before(record: dict[str, Any] | None, epoch: int, batch: int, batch_size: int | None) -> Any | None:

@@ -242,3 +242,19 @@ def test_only_the_train_loader_records_positions():
     common = dict(args=args, data_collator=None, model=DropoutMLP(0))
     assert build_train_dataloader(PositionedStream(items), **common).dataset_positions is not None
     assert build_eval_dataloader(PositionedStream(items), **common).dataset_positions is None
+
+
+def test_an_hf_datasets_stream_forgets_the_loaded_position_once_the_resumed_pass_started(tmp_path):
+    # HF datasets would start every later pass of the same epoch at the loaded state (an evaluation on the same
+    # object, a second train(), the user's own loop); the position applies to the resumed pass only.
+    streams = []
+
+    def make():
+        streams.append(_hf_stream(40))
+        return streams[-1]
+
+    _interrupted_then_resumed(tmp_path, make)
+    resumed = streams[-1]
+    resumed.set_epoch(0)
+    first = next(iter(resumed))
+    assert torch.equal(first["x"], regression_data(40).items[0]["x"])
