@@ -65,6 +65,19 @@ def _interrupted_then_resumed(tmp_path, make_dataset, **settings):
     return straight, resumed, resumed_dataset, checkpoint
 
 
+def _resumed_with_then_without_record(tmp_path, checkpoint, items, **settings):
+    """Two resumes from `checkpoint`: first with its dataset-position record, then with the record deleted."""
+    runs = []
+    for keep_record in (True, False):
+        if not keep_record:
+            (checkpoint / DATASET_POSITION_NAME).unlink()
+        runs.append(
+            train("ours", tmp_path / "b", PositionedStream(items), resume=str(checkpoint), make_model=DropoutMLP,
+                  model_seed=7, **settings)
+        )
+    return runs
+
+
 def test_a_stateful_dataset_continues_from_its_position_without_drawing_the_skipped_examples(tmp_path):
     items = regression_data(40).items
     straight, resumed, dataset, checkpoint = _interrupted_then_resumed(tmp_path, lambda: PositionedStream(items))
@@ -114,15 +127,8 @@ def test_a_record_from_a_later_pass_of_the_dataset_is_not_applied(tmp_path):
     train("ours", tmp_path / "b", PositionedStream(items), stop_at=7, make_model=DropoutMLP, **settings)
     checkpoint = tmp_path / "b" / "checkpoint-7"
     assert json.loads((checkpoint / DATASET_POSITION_NAME).read_text())["epoch"] == 1
-    runs = []
-    for keep_record in (True, False):
-        if not keep_record:
-            (checkpoint / DATASET_POSITION_NAME).unlink()
-        runs.append(
-            train("ours", tmp_path / "b", PositionedStream(items), resume=str(checkpoint), make_model=DropoutMLP,
-                  model_seed=7, **settings)
-        )
-    assert_bit_identical(runs[0].weights, runs[1].weights)
+    with_record, replayed = _resumed_with_then_without_record(tmp_path, checkpoint, items, **settings)
+    assert_bit_identical(with_record.weights, replayed.weights)
 
 
 def test_a_shuffle_buffer_keeps_the_replay(tmp_path):
@@ -187,15 +193,10 @@ def test_a_resume_at_another_batch_size_replays_instead_of_loading_the_position(
     items = regression_data(60).items
     train("ours", tmp_path / "b", PositionedStream(items), stop_at=3, make_model=DropoutMLP, **SETTINGS)
     checkpoint = tmp_path / "b" / "checkpoint-3"
-    runs = []
-    for keep_record in (True, False):
-        if not keep_record:
-            (checkpoint / DATASET_POSITION_NAME).unlink()
-        runs.append(
-            train("ours", tmp_path / "b", PositionedStream(items), resume=str(checkpoint), make_model=DropoutMLP,
-                  model_seed=7, **{**SETTINGS, "per_device_train_batch_size": 4})
-        )
-    assert_bit_identical(runs[0].weights, runs[1].weights)
+    with_record, replayed = _resumed_with_then_without_record(
+        tmp_path, checkpoint, items, **{**SETTINGS, "per_device_train_batch_size": 4}
+    )
+    assert_bit_identical(with_record.weights, replayed.weights)
 
 
 def test_each_recorded_position_is_the_dataset_state_before_that_batch(tmp_path):
