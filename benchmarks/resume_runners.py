@@ -11,6 +11,12 @@ protocol (`stateful`: its checkpoint copy also gets the dataset position a run a
 (flat: close to 1). The reference skips a map-style epoch's batches by index and replays an iterable one batch by
 batch. `<kind>_final_loss@P`, the probe loss after each resume, is the agreement check (rows `resume:<kind>@P`):
 both libraries resume the same checkpoint and make the same update.
+
+A plain iterable dataset cannot be put back at a position: its skipped examples must be drawn. So the runner also
+times drawing the P x batch examples from a fresh iterator of it, with nothing else done (`iterable_draw_s@P`,
+best of 3), and reports `iterable_skip_over_draw` = (the time at the largest position - at the smallest) / (the
+draw at the largest position - at the smallest): how much of what a resume further into the epoch adds is more
+than the dataset's own cost of producing the examples (1: nothing more).
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ import json
 import os
 import shutil
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import Any
 
 import torch
@@ -63,6 +71,16 @@ class PositionedIterable(InOrderIterable):
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.start = state["next_index"]
+
+
+def _draw_seconds(dataset: TensorDictDataset, examples: int, tries: int = 3) -> float:
+    """The best time over `tries` to draw the first `examples` examples of `InOrderIterable(dataset)`, discarding them."""
+    best = float("inf")
+    for _ in range(tries):
+        start = time.perf_counter()
+        deque(islice(iter(InOrderIterable(dataset)), examples), maxlen=0)
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def _set_dataset_position(checkpoint: str, batch: int, batch_size: int) -> None:
@@ -126,6 +144,12 @@ def _run_resume(workload: Workload, output_dir: str, trainer_cls: type, args_cls
             result[f"{kind}_final_loss@{position}"] = probe_loss(trainer.model, workload)
             shutil.rmtree(run_dir, ignore_errors=True)
         result[f"{kind}_growth"] = times[max(positions)] / times[min(positions)]
+        if kind == "iterable":
+            draws = {position: _draw_seconds(dataset, position * workload.batch_size) for position in positions}
+            result.update({f"iterable_draw_s@{position}": draws[position] for position in positions})
+            first, last = min(positions), max(positions)
+            drawn_more = draws[last] - draws[first]  # > 0 but for timer noise at the smoke scale's few examples
+            result["iterable_skip_over_draw"] = (times[last] - times[first]) / drawn_more if drawn_more > 0 else None
     return result
 
 

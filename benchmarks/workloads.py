@@ -30,6 +30,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "clm_repeats": 4,
         # a 2-process step shares both cores with the other rank: its steps/s moves by +-15 % between runs.
         "ddp_repeats": 5,
+        # a save takes about 0.1 s of file writes, whose time doubles or halves from one repeat to the next.
+        "ckpt_repeats": 5,
         "tiny_steps": 1500,
         "cls_steps": 16,
         "clm_steps": 8,

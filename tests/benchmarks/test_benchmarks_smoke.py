@@ -75,6 +75,10 @@ def test_smoke_report_has_targets_ratios_and_imports(smoke_report):
     assert ddp_ours["cls_steps"] == ddp_ours["cls_expected_steps"] and ddp_ours["clm_steps_per_s"] > 0
     resume_ours = smoke_report["summary"]["resume"]["hf_lightning"]
     assert all(resume_ours[f"{kind}_growth"]["median"] > 0 for kind in ("map", "iterable", "stateful"))
+    draws = [r for r in smoke_report["results"] if r["workload"] == "resume" and r["runner"] == "hf_lightning"]
+    for run in draws:  # the bare draw of the skipped examples, timed beside the resume
+        assert 0 < run["iterable_draw_s@5"] and 0 < run["iterable_draw_s@10"]
+        assert "iterable_skip_over_draw" in run
     targets = {(t["workload"], t["metric"]): t for t in smoke_report["targets"]}
     assert targets[("resume", "map_growth")]["twin_ratio"]["median"] > 0  # the reference's own growth beside ours
     statements = {row["statement"]: row for row in smoke_report["imports"]["statements"]}
