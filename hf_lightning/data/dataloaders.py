@@ -1,7 +1,7 @@
 """Train / eval / test DataLoaders built exactly as the reference builds and prepares them (R3.1-R3.12).
 
 DataLoader arguments and worker seeding (R3.8), whole-batch sharding across processes (R3.4), epoch
-forwarding (R3.7) and `num_examples`; the sampler choice and column removal come from `data/model_inputs.py`.
+forwarding and an iterable dataset across processes (R3.7, `data/iterable_sharding.py`) and `num_examples`; the sampler choice and column removal come from `data/model_inputs.py`.
 transformers, accelerate and datasets are never imported here.
 """
 
@@ -18,6 +18,11 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler,
 
 from hf_lightning.data.collate import collates_without_side_effects, pick_default_collator
 from hf_lightning.data.dataset_position import DatasetPositions, position_before, position_restorable
+from hf_lightning.data.iterable_sharding import (
+    check_split_batch_size,
+    dispatched_batches,
+    shard_iterable_dataset,
+)
 from hf_lightning.data.model_inputs import (
     apply_column_removal,
     get_eval_sampler,
@@ -272,10 +277,10 @@ def _build_dataloader(
     params = _loader_arguments(args, batch_size, collator)
     if isinstance(dataset, IterableDataset):
         if world_size > 1:
-            raise ValueError(
-                "An IterableDataset with world_size > 1 is not supported yet by hf_lightning (the reference "
-                "reads it on rank 0 and dispatches slices); use a map-style dataset with a length."
-            )
+            return _iterable_loader_across_processes(
+                dataset, params, args=args, settings=settings, world_size=world_size,
+                process_index=process_index, is_training=is_training, description=description,
+            )  # fmt: skip
         loader = HFDataLoader(dataset, **params)
         if not is_training:
             loader.dataset_positions = None  # an eval loop never resumes into its dataset: nothing to record
@@ -315,6 +320,88 @@ def _build_dataloader(
         split_batches=settings.split_batches,
     )
     return HFDataLoader(dataset, **params)
+
+
+def _iterable_loader_across_processes(
+    dataset: IterableDataset,
+    params: dict[str, Any],
+    *,
+    args: Any,
+    settings: ModuleSettings | None,
+    world_size: int,
+    process_index: int,
+    is_training: bool,
+    description: str,
+) -> HFDataLoader:
+    """The train loader over an IterableDataset on `world_size` processes, as accelerate prepares it (R3.7):
+    dealt from the first process (`dispatch_batches` None or True) or read by each (`dispatch_batches=False`)."""
+    if not is_training:
+        raise ValueError(
+            f"{description}: an IterableDataset as the evaluation or test dataset with world_size={world_size} is not "
+            "supported by hf_lightning; pass a map-style dataset with a length there (training on an IterableDataset "
+            "across processes is supported)."
+        )
+    from hf_lightning.translation.translate import planned_settings
+
+    settings = planned_settings(args, settings)
+    if settings.dispatch_batches is False:
+        dataset, params["batch_size"] = shard_iterable_dataset(
+            dataset,
+            batch_size=params["batch_size"],
+            num_processes=world_size,
+            process_index=process_index,
+            split_batches=settings.split_batches,
+        )
+        loader = HFDataLoader(dataset, **params)
+    else:
+        if settings.split_batches:
+            check_split_batch_size(params["batch_size"], world_size)
+        loader = DispatchingDataLoader(
+            dataset, num_processes=world_size, process_index=process_index, split_batches=settings.split_batches,
+            **params,
+        )  # fmt: skip
+    # Each process's position differs and one process writes the checkpoint: a resume replays (data/dataset_position.py).
+    loader.dataset_positions = None
+    return loader
+
+
+class DispatchingDataLoader(HFDataLoader):
+    """An HFDataLoader over an IterableDataset whose batches the first process draws and deals to every process
+    (`data/iterable_sharding.py` `dispatched_batches`), as accelerate's `DataLoaderDispatcher`.
+
+    Every process creates the torch iterator (as the reference does, so worker processes start everywhere); only the
+    first one reads it. It draws the next step's batches ahead itself, so no `one_batch_ahead` is added on top.
+    A resume skip replays the skipped batches, dealt and discarded, as the reference's does.
+    """
+
+    def __init__(
+        self, dataset: Any, *args: Any, num_processes: int, process_index: int, split_batches: bool, **kwargs: Any
+    ) -> None:
+        super().__init__(dataset, *args, **kwargs)
+        self.num_processes = num_processes
+        self.process_index = process_index
+        self.split_batches = split_batches
+
+    @property
+    def total_batch_size(self) -> int:
+        """Examples per step over all processes (accelerate's `total_batch_size`)."""
+        return self.batch_size if self.split_batches else self.batch_size * self.num_processes
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._dealt_batches()
+
+    def _dealt_batches(self) -> Iterator[Any]:
+        self.set_epoch(self.iteration)
+        skip, self._skip_next_iteration = self._skip_next_iteration, 0
+        iterator = DataLoader.__iter__(self)
+        batches = dispatched_batches(
+            iterator if self.process_index == 0 else None,
+            num_processes=self.num_processes,
+            process_index=self.process_index,
+            split_batches=self.split_batches,
+        )
+        yield from itertools.islice(batches, skip, None)
+        self.iteration += 1
 
 
 def build_dataloader(dataset: Any, make_sampler: Callable[[Any], Sampler | None], **kwargs: Any) -> HFDataLoader:

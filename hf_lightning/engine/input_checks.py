@@ -3,8 +3,8 @@
 The arguments are checked again (a field assigned after construction), with the worker options that need
 `dataloader_num_workers` > 0 (the reference builds such arguments, its DataLoader refuses them), then what
 only the trainer can see:
-NEFTune on a model without input embeddings, an empty map-style train dataset, `lr_scheduler_kwargs` the
-schedule does not take. Every problem goes into one `InvalidArgumentsError` (a `ValueError`, and also the
+NEFTune on a model without input embeddings, an empty map-style train dataset, an iterable eval dataset that
+training would evaluate on several processes, `lr_scheduler_kwargs` the schedule does not take. Every problem goes into one `InvalidArgumentsError` (a `ValueError`, and also the
 type the reference's error has), before any training starts; the reference meets each of them inside
 `train()` as an error from torch or its loop.
 """
@@ -14,12 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from torch import nn
+from torch.utils.data import IterableDataset
 
 from hf_lightning.args.validation import Problem, invalid_arguments, value_problems
 from hf_lightning.data.model_inputs import unwrap_peft_model
 from hf_lightning.data.sized import has_length
 
 __all__ = [
+    "check_eval_dataset",
     "check_neftune_embeddings",
     "check_scheduler_kwargs",
     "check_train_dataset",
@@ -60,6 +62,24 @@ def check_train_dataset(dataset: Any) -> list[Problem]:
     ]
 
 
+def check_eval_dataset(args: Any, dataset: Any) -> list[Problem]:
+    """An IterableDataset is evaluated in a single process only: refused here when training would evaluate it on
+    several processes (`evaluate()` called later refuses it when its loader is built)."""
+    datasets = dataset.values() if isinstance(dataset, dict) else [dataset]
+    if args.world_size <= 1 or str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no":
+        return []
+    if not any(isinstance(item, IterableDataset) for item in datasets):
+        return []
+    return [
+        Problem(
+            "eval_dataset",
+            f"an IterableDataset is not supported for evaluation with world_size={args.world_size}; pass a map-style "
+            "dataset with a length as eval_dataset, or set eval_strategy='no' (training on an IterableDataset across "
+            "processes is supported).",
+        )
+    ]
+
+
 def check_scheduler_kwargs(args: Any, own_scheduler: bool) -> list[Problem]:
     """`lr_scheduler_kwargs` keys must be arguments of the `lr_scheduler_type` schedule (unless one is passed)."""
     kwargs = args.lr_scheduler_kwargs
@@ -85,12 +105,18 @@ def check_scheduler_kwargs(args: Any, own_scheduler: bool) -> list[Problem]:
 
 
 def check_trainer_inputs(
-    args: Any, model: nn.Module | None, train_dataset: Any, own_scheduler: bool, neftune_noise_alpha: Any
+    args: Any,
+    model: nn.Module | None,
+    train_dataset: Any,
+    own_scheduler: bool,
+    neftune_noise_alpha: Any,
+    eval_dataset: Any = None,
 ) -> None:
-    """Every problem of the arguments, the model and the train dataset in one `InvalidArgumentsError`."""
+    """Every problem of the arguments, the model and the datasets in one `InvalidArgumentsError`."""
     problems = value_problems(args, with_loader_options=True)
     problems += check_neftune_embeddings(model, neftune_noise_alpha)
     problems += check_train_dataset(train_dataset)
+    problems += check_eval_dataset(args, eval_dataset)
     problems += check_scheduler_kwargs(args, own_scheduler)
     if problems:
         raise invalid_arguments("Trainer", problems)

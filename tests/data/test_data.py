@@ -489,11 +489,24 @@ def test_iterable_dataset_receives_epochs_like_reference(make_args):
     assert ours.calls == ref_dataset.calls == [0, 0, 1, 1, 2, 2]
 
 
-def test_iterable_dataset_with_several_processes_is_refused(make_args):
-    with pytest.raises(ValueError, match="IterableDataset with world_size > 1"):
-        build_train_dataloader(
-            EpochIterable(), args=make_args(), data_collator=None, model=IdxModel(), world_size=2
-        )
+def test_iterable_dataset_across_processes_is_dealt_for_training_and_refused_for_evaluation(make_args):
+    """Training batches are dealt from the first process (tests/data/test_iterable_across_processes.py runs it on 2
+    processes); evaluation of an iterable dataset across processes is refused, naming the dataset."""
+    from hf_lightning.data.dataloaders import DispatchingDataLoader
+
+    loader = build_train_dataloader(EpochIterable(), args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
+    assert isinstance(loader, DispatchingDataLoader) and loader.total_batch_size == 2 * loader.batch_size
+    assert loader.dataset_positions is None  # each process's position differs: a resume replays
+    every_process_reads = make_args(accelerator_config={"dispatch_batches": False})
+    loader = build_train_dataloader(
+        EpochIterable(), args=every_process_reads, data_collator=None, model=IdxModel(), world_size=2, process_index=1
+    )
+    assert type(loader.dataset).__name__ == "IterableDatasetShard" and loader.dataset.process_index == 1
+    with pytest.raises(ValueError, match="evaluation or test dataset with world_size=2"):
+        build_eval_dataloader(EpochIterable(), args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
+    split = make_args(accelerator_config={"split_batches": True}, per_device_train_batch_size=3)
+    with pytest.raises(ValueError, match="split_batches=True with a batch size of 3"):
+        build_train_dataloader(EpochIterable(), args=split, data_collator=None, model=IdxModel(), world_size=2)
     args = make_args(accelerator_config={"dispatch_batches": True})
     with pytest.raises(ValueError, match="dispatch_batches=True"):
         build_train_dataloader(idx_items(4), args=args, data_collator=None, model=IdxModel(), world_size=2)

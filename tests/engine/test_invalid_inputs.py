@@ -205,3 +205,20 @@ def test_label_smoothing_on_float_labels_names_the_field(tmp_path):
     trainer = HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
     with pytest.raises(ValueError, match="label_smoothing_factor"):
         trainer.train()
+
+
+def test_an_iterable_eval_dataset_that_training_would_evaluate_on_several_processes_is_named():
+    from types import SimpleNamespace
+
+    from hf_lightning.engine.input_checks import check_eval_dataset
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            yield from ()
+
+    evaluating = SimpleNamespace(world_size=2, eval_strategy="steps")
+    (problem,) = check_eval_dataset(evaluating, {"a": [1], "b": Stream()})
+    assert problem.field == "eval_dataset" and "world_size=2" in str(problem.message)
+    assert check_eval_dataset(SimpleNamespace(world_size=2, eval_strategy="no"), Stream()) == []
+    assert check_eval_dataset(SimpleNamespace(world_size=1, eval_strategy="steps"), Stream()) == []
+    assert check_eval_dataset(evaluating, [1, 2]) == []

@@ -1,0 +1,161 @@
+"""Run under `torch.distributed.run --nproc_per_node=2`: train on IterableDatasets with the reference
+(`reference`) or hf_lightning (`ours`); each rank pickles, per scenario, the examples its model saw in order, the
+epochs the dataset was told, rank 0's log history and the final weights to `<out_dir>/<side>_rank<R>.pkl`
+(tests/data/test_iterable_across_processes.py)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from pathlib import Path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import IterableDataset  # noqa: E402
+
+NUM_EXAMPLES = 21  # batches of 2 on 2 processes: 5 whole global batches and a tail of 1 example per epoch
+
+
+class Examples(IterableDataset):
+    """`NUM_EXAMPLES` regression examples with their index, in an order that depends on the epoch it is told."""
+
+    def __init__(self) -> None:
+        generator = torch.Generator().manual_seed(0)
+        self.x = torch.randn(NUM_EXAMPLES, 4, generator=generator)
+        self.y = self.x.sum(-1) * 0.5
+        self.epoch = 0
+        self.epochs_told: list[int] = []
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.epochs_told.append(epoch)
+
+    def __iter__(self):
+        order = torch.randperm(NUM_EXAMPLES, generator=torch.Generator().manual_seed(self.epoch)).tolist()
+        for index in order:
+            yield {"x": self.x[index], "labels": self.y[index], "idx": torch.tensor(index)}
+
+
+class NoisyCollator:
+    """Stacks the examples and adds noise from the global RNG: where and when batches are collated shows."""
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        batch = {key: torch.stack([f[key] for f in features]) for key in features[0]}
+        batch["x"] = batch["x"] + 0.01 * torch.randn(batch["x"].shape)
+        return batch
+
+
+class RecordingMLP(nn.Module):
+    """An MLP with dropout that records the example indices of each forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Dropout(0.1), nn.Linear(16, 1))
+        self.seen: list[list[int]] = []
+
+    def forward(self, x, labels=None, idx=None):
+        if self.training and idx is not None:
+            self.seen.append(idx.tolist())
+        logits = self.net(x).squeeze(-1)
+        return {"loss": nn.functional.mse_loss(logits, labels), "logits": logits}
+
+
+class FailingExamples(Examples):
+    """`Examples` whose iteration fails at the 7th example: only rank 0 reads it when batches are dealt."""
+
+    def __iter__(self):
+        for number, example in enumerate(super().__iter__()):
+            if number == 6:
+                raise OSError("the stream broke at example 7")
+            yield example
+
+
+def hf_stream():
+    """An HF datasets stream of the first 20 examples in 2 shards of 10 (even and odd indices), so each of the 2
+    processes can keep its own shard and both make the same number of steps."""
+    from datasets import IterableDataset as StreamDataset
+
+    data = Examples()
+
+    def generate(shards):
+        for shard in shards:
+            for index in range(shard, 20, 2):
+                yield {"x": data.x[index].tolist(), "labels": float(data.y[index]), "idx": index}
+
+    return StreamDataset.from_generator(generate, gen_kwargs={"shards": [0, 1]}).with_format("torch")
+
+
+SCENARIOS = {
+    # The default for an iterable dataset: rank 0 reads, joins 2 batches, deals the halves; the tail is completed.
+    "dispatched": ({}, 2, Examples),
+    "dispatched_split": ({"accelerator_config": {"split_batches": True}}, 4, Examples),
+    # Every rank reads the dataset and keeps its part of each global batch.
+    "each_reads": ({"accelerator_config": {"dispatch_batches": False}}, 2, Examples),
+    "each_reads_split": ({"accelerator_config": {"dispatch_batches": False, "split_batches": True}}, 4, Examples),
+    # An HF datasets stream with enough shards: each rank keeps its own shards.
+    "stream_by_shard": ({"accelerator_config": {"dispatch_batches": False}}, 2, hf_stream),
+    "stream_dispatched": ({}, 2, hf_stream),
+}
+
+
+def classes(side: str):
+    if side == "reference":
+        import transformers
+
+        return transformers.Trainer, transformers.TrainingArguments
+    from hf_lightning import Trainer, TrainingArguments
+
+    return Trainer, TrainingArguments
+
+
+def train(side: str, out_dir: str, name: str, extra: dict, batch_size: int, make_data, resume: str | None = None):
+    trainer_cls, args_cls = classes(side)
+    dataset = make_data()
+    model = RecordingMLP()
+    args = args_cls(
+        output_dir=os.path.join(out_dir, side, name), use_cpu=True, report_to="none", disable_tqdm=True,
+        per_device_train_batch_size=batch_size, max_steps=14, logging_steps=1, learning_rate=1e-2, seed=7,
+        ddp_backend="gloo", save_strategy="steps" if name == "dispatched" else "no", save_steps=4, **extra,
+    )  # fmt: skip
+    trainer = trainer_cls(model=model, args=args, train_dataset=dataset, data_collator=NoisyCollator())
+    trainer.train(resume_from_checkpoint=resume)
+    weights = {k: v.detach().to(torch.float64).flatten().tolist() for k, v in trainer.model.state_dict().items()}
+    return {
+        "seen": model.seen,
+        "epochs_told": sorted(set(getattr(dataset, "epochs_told", []))),
+        "log_history": [
+            {k: v for k, v in entry.items() if k in ("loss", "grad_norm", "learning_rate", "epoch", "step")}
+            for entry in trainer.state.log_history
+        ],
+        "weights": weights,
+    }
+
+
+def report(side: str, out_dir: str) -> dict:
+    results = {}
+    for name, (extra, batch_size, make_data) in SCENARIOS.items():
+        results[name] = train(side, out_dir, name, extra, batch_size, make_data)
+    # Resume mid-epoch (step 8 of 6-step epochs) from the dispatched run's checkpoint: the skipped batches replay.
+    checkpoint = os.path.join(out_dir, side, "dispatched", "checkpoint-8")
+    results["dispatched_resumed"] = train(side, out_dir, "dispatched_resumed", {}, 2, Examples, resume=checkpoint)
+    if side == "ours":  # the reference's other ranks would wait in the broadcast until the timeout
+        try:
+            train(side, out_dir, "failing", {}, 2, FailingExamples)
+        except Exception as error:  # what each rank raises when the first one cannot read the next batch
+            results["failing_error"] = f"{type(error).__name__}: {error}"
+    return results
+
+
+if __name__ == "__main__":
+    side, out_dir = sys.argv[1], sys.argv[2]
+    outcome = report(side, out_dir)
+    rank = int(os.environ.get("RANK", "0"))
+    (Path(out_dir) / f"{side}_rank{rank}.pkl").write_bytes(pickle.dumps(outcome))
+    from tests.distributed.teardown import end_worker
+
+    end_worker()
