@@ -19,9 +19,11 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler,
 from hf_lightning.data.collate import collates_without_side_effects, pick_default_collator
 from hf_lightning.data.dataset_position import DatasetPositions, position_before, position_restorable
 from hf_lightning.data.iterable_sharding import (
+    IterableDatasetShard,
     check_split_batch_size,
     dispatched_batches,
     shard_iterable_dataset,
+    synchronize_generator,
 )
 from hf_lightning.data.model_inputs import (
     apply_column_removal,
@@ -72,6 +74,8 @@ class HFDataLoader(DataLoader):
         self._skipping_now = 0
         self._resume_position: tuple[int, Any] | None = None
         self.dataset_positions = DatasetPositions(dataset, self.batch_size) if position_restorable(self) else None
+        # A generator set to the first process's state at each iteration (data/iterable_sharding.py).
+        self.synchronized_generator: torch.Generator | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch `epoch` (sampler order, dataset `set_epoch`)."""
@@ -115,6 +119,8 @@ class HFDataLoader(DataLoader):
         return one_batch_ahead(self._start_iteration, after_last=self._count_iteration)
 
     def _start_iteration(self) -> Iterator[Any]:
+        if self.synchronized_generator is not None:
+            synchronize_generator(self.synchronized_generator)
         self.set_epoch(self.iteration)
         skip, self._skip_next_iteration = self._skip_next_iteration, 0
         resumed_at, position = self._resume_position or (0, None)
@@ -345,6 +351,7 @@ def _iterable_loader_across_processes(
 
     settings = planned_settings(args, settings)
     if settings.dispatch_batches is False:
+        generator = getattr(dataset, "generator", None)
         dataset, params["batch_size"] = shard_iterable_dataset(
             dataset,
             batch_size=params["batch_size"],
@@ -353,7 +360,17 @@ def _iterable_loader_across_processes(
             split_batches=settings.split_batches,
         )
         loader = HFDataLoader(dataset, **params)
+        if isinstance(generator, torch.Generator) and isinstance(dataset, IterableDatasetShard):
+            # accelerate's DataLoaderShard(synchronized_generator=...): rank 0's state on every rank at each iteration.
+            loader.synchronized_generator = generator
     else:
+        if args.world_size > world_size:  # fewer replicas than processes: tensor-parallel groups
+            raise ValueError(
+                f"An IterableDataset dealt from the first process (accelerator_config.dispatch_batches, the default "
+                f"for an iterable dataset) with tensor parallelism over {world_size} data-parallel replicas is not "
+                "supported (accelerate refuses TP with data parallelism in dispatch mode); set "
+                "accelerator_config={'dispatch_batches': False} so each process reads the dataset."
+            )
         if settings.split_batches:
             check_split_batch_size(params["batch_size"], world_size)
         loader = DispatchingDataLoader(
@@ -386,6 +403,11 @@ class DispatchingDataLoader(HFDataLoader):
     def total_batch_size(self) -> int:
         """Examples per step over all processes (accelerate's `total_batch_size`)."""
         return self.batch_size if self.split_batches else self.batch_size * self.num_processes
+
+    def __len__(self) -> int:
+        # accelerate's DataLoaderDispatcher: the base loader's length, per process unless split (TypeError unsized).
+        whole = DataLoader.__len__(self)
+        return whole if self.split_batches else -(-whole // self.num_processes)
 
     def __iter__(self) -> Iterator[Any]:
         return self._dealt_batches()

@@ -24,6 +24,7 @@ __all__ = [
     "check_split_batch_size",
     "dispatched_batches",
     "shard_iterable_dataset",
+    "synchronize_generator",
 ]
 
 _DIFFERENT_SIZES = (
@@ -108,6 +109,16 @@ def _from_first_process(message: Any) -> Any:
         device = torch.device("cuda", torch.cuda.current_device())
     dist.broadcast_object_list(holder, src=0, device=device)
     return holder[0]
+
+
+def synchronize_generator(generator: torch.Generator) -> None:
+    """Set `generator` to the first process's state on every process (accelerate's `synchronize_rng_states`
+    for a loader's `synchronized_generator`): a dataset shuffling with it then draws the same order everywhere."""
+    state = generator.get_state()
+    if dist.get_backend() == "nccl":  # NCCL broadcasts device tensors
+        state = state.to(torch.device("cuda", torch.cuda.current_device()))
+    dist.broadcast(state, src=0)
+    generator.set_state(state.cpu())
 
 
 def check_split_batch_size(batch_size: int, num_processes: int) -> None:

@@ -22,6 +22,7 @@ from hf_lightning.data.sized import has_length
 
 __all__ = [
     "check_eval_dataset",
+    "check_eval_dataset_for_training",
     "check_neftune_embeddings",
     "check_scheduler_kwargs",
     "check_train_dataset",
@@ -62,22 +63,30 @@ def check_train_dataset(dataset: Any) -> list[Problem]:
     ]
 
 
-def check_eval_dataset(args: Any, dataset: Any) -> list[Problem]:
+def check_eval_dataset(args: Any, dataset: Any, replicas: int) -> list[Problem]:
     """An IterableDataset is evaluated in a single process only: refused here when training would evaluate it on
-    several processes (`evaluate()` called later refuses it when its loader is built)."""
+    several data-parallel `replicas` (`evaluate()` called later refuses it when its loader is built). The
+    tensor-parallel ranks of one replica read the same batches, so tensor parallelism alone is one replica."""
     datasets = dataset.values() if isinstance(dataset, dict) else [dataset]
-    if args.world_size <= 1 or str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no":
+    if replicas <= 1 or str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no":
         return []
     if not any(isinstance(item, IterableDataset) for item in datasets):
         return []
     return [
         Problem(
             "eval_dataset",
-            f"an IterableDataset is not supported for evaluation with world_size={args.world_size}; pass a map-style "
+            f"an IterableDataset is not supported for evaluation on {replicas} processes; pass a map-style "
             "dataset with a length as eval_dataset, or set eval_strategy='no' (training on an IterableDataset across "
             "processes is supported).",
         )
     ]
+
+
+def check_eval_dataset_for_training(args: Any, eval_dataset: Any, replicas: int) -> None:
+    """`check_eval_dataset`'s problem as an `InvalidArgumentsError` (after the plan: it needs the replicas)."""
+    problems = check_eval_dataset(args, eval_dataset, replicas)
+    if problems:
+        raise invalid_arguments("Trainer", problems)
 
 
 def check_scheduler_kwargs(args: Any, own_scheduler: bool) -> list[Problem]:
@@ -110,13 +119,11 @@ def check_trainer_inputs(
     train_dataset: Any,
     own_scheduler: bool,
     neftune_noise_alpha: Any,
-    eval_dataset: Any = None,
 ) -> None:
-    """Every problem of the arguments, the model and the datasets in one `InvalidArgumentsError`."""
+    """Every problem of the arguments, the model and the train dataset in one `InvalidArgumentsError`."""
     problems = value_problems(args, with_loader_options=True)
     problems += check_neftune_embeddings(model, neftune_noise_alpha)
     problems += check_train_dataset(train_dataset)
-    problems += check_eval_dataset(args, eval_dataset)
     problems += check_scheduler_kwargs(args, own_scheduler)
     if problems:
         raise invalid_arguments("Trainer", problems)

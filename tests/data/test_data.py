@@ -666,3 +666,23 @@ def test_data_layer_runs_without_transformers():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert lines == [f"{order} ['labels', 'x']" for order in SEED_42_ORDERS[:2]]
+
+
+def test_an_iterable_dealt_from_the_first_process_under_tensor_parallel_replicas_is_refused(make_args):
+    """4 processes as 2 tensor-parallel replicas: dealing from rank 0 would leave rank 1 (replica 0) reading too."""
+    args = make_args()
+
+    class FourProcesses:
+        world_size = 4
+
+        def __getattr__(self, name):
+            return getattr(args, name)
+
+    with pytest.raises(ValueError, match="tensor parallelism over 2 data-parallel replicas"):
+        build_train_dataloader(EpochIterable(), args=FourProcesses(), data_collator=None, model=IdxModel(), world_size=2)
+    every_process_reads = make_args(accelerator_config={"dispatch_batches": False})
+    FourProcesses.__getattr__ = lambda self, name: getattr(every_process_reads, name)
+    loader = build_train_dataloader(
+        EpochIterable(), args=FourProcesses(), data_collator=None, model=IdxModel(), world_size=2
+    )
+    assert type(loader.dataset).__name__ == "IterableDatasetShard"

@@ -1,6 +1,7 @@
 """An IterableDataset trained on 2 processes (gloo) gives each rank the batches transformers.Trainer gives it (R3.7):
 dealt from rank 0 by default, read by every rank with `dispatch_batches=False`, split by shard for an HF datasets
-stream; `split_batches` both ways; a resume mid-epoch. Both launches run at once (tests/distributed/iterable_script.py).
+stream; `split_batches` both ways; a sized iterable's epochs; a dataset generator synchronised across ranks; a resume
+mid-epoch. Both launches run at once (tests/distributed/iterable_script.py).
 The helpers of `hf_lightning/data/iterable_sharding.py` are checked in one process below."""
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ def test_what_the_comparison_covers(launches):
     split0 = launches["ours"][0]["dispatched_split"]["seen"]
     assert all(len(batch) == 2 for batch in split0[:5])
     assert launches["ours"][0]["dispatched"]["epochs_told"] == [0, 1, 2]
+    sized = launches["ours"][0]["sized_dispatched"]
+    assert sized["max_steps"] == 6 == launches["reference"][0]["sized_dispatched"]["max_steps"]  # 2 epochs of 3 windows
+    seeded0, seeded1 = (launches["ours"][rank]["generator_each_reads"]["seen"] for rank in range(2))
+    assert not set(seeded0[0]) & set(seeded1[0])  # one order on both ranks: each keeps its own part of it
     stream0, stream1 = (launches["ours"][rank]["stream_by_shard"]["seen"] for rank in range(2))
     assert {i % 2 for batch in stream0 for i in batch} == {0} and {i % 2 for batch in stream1 for i in batch} == {1}
 

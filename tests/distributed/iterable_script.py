@@ -65,6 +65,26 @@ class RecordingMLP(nn.Module):
         return {"loss": nn.functional.mse_loss(logits, labels), "logits": logits}
 
 
+class SizedExamples(Examples):
+    """`Examples` with a length: the reference counts the updates of an epoch from it."""
+
+    def __len__(self) -> int:
+        return NUM_EXAMPLES
+
+
+class RankSeededExamples(Examples):
+    """`Examples` shuffled with its own `generator`, seeded differently on each rank: the reference sets every rank's
+    generator to rank 0's state when an iteration starts (accelerate's `synchronized_generator`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.generator = torch.Generator().manual_seed(100 + int(os.environ.get("RANK", "0")))
+
+    def __iter__(self):
+        for index in torch.randperm(NUM_EXAMPLES, generator=self.generator).tolist():
+            yield {"x": self.x[index], "labels": self.y[index], "idx": torch.tensor(index)}
+
+
 class FailingExamples(Examples):
     """`Examples` whose iteration fails at the 7th example: only rank 0 reads it when batches are dealt."""
 
@@ -100,6 +120,10 @@ SCENARIOS = {
     # An HF datasets stream with enough shards: each rank keeps its own shards.
     "stream_by_shard": ({"accelerator_config": {"dispatch_batches": False}}, 2, hf_stream),
     "stream_dispatched": ({}, 2, hf_stream),
+    # With a length: the epochs' updates come from the dealt loader's length (GA 2: windows across the tail).
+    "sized_dispatched": ({"max_steps": -1, "num_train_epochs": 2, "gradient_accumulation_steps": 2}, 2, SizedExamples),
+    "sized_dispatched_split": ({"max_steps": -1, "num_train_epochs": 2, "accelerator_config": {"split_batches": True}}, 4, SizedExamples),
+    "generator_each_reads": ({"accelerator_config": {"dispatch_batches": False}}, 2, RankSeededExamples),
 }
 
 
@@ -117,15 +141,17 @@ def train(side: str, out_dir: str, name: str, extra: dict, batch_size: int, make
     trainer_cls, args_cls = classes(side)
     dataset = make_data()
     model = RecordingMLP()
-    args = args_cls(
+    kwargs = dict(
         output_dir=os.path.join(out_dir, side, name), use_cpu=True, report_to="none", disable_tqdm=True,
         per_device_train_batch_size=batch_size, max_steps=14, logging_steps=1, learning_rate=1e-2, seed=7,
-        ddp_backend="gloo", save_strategy="steps" if name == "dispatched" else "no", save_steps=4, **extra,
+        ddp_backend="gloo", save_strategy="steps" if name == "dispatched" else "no", save_steps=4,
     )  # fmt: skip
+    args = args_cls(**{**kwargs, **extra})
     trainer = trainer_cls(model=model, args=args, train_dataset=dataset, data_collator=NoisyCollator())
     trainer.train(resume_from_checkpoint=resume)
     weights = {k: v.detach().to(torch.float64).flatten().tolist() for k, v in trainer.model.state_dict().items()}
     return {
+        "max_steps": trainer.state.max_steps,
         "seen": model.seen,
         "epochs_told": sorted(set(getattr(dataset, "epochs_told", []))),
         "log_history": [

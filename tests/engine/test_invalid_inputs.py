@@ -216,9 +216,9 @@ def test_an_iterable_eval_dataset_that_training_would_evaluate_on_several_proces
         def __iter__(self):
             yield from ()
 
-    evaluating = SimpleNamespace(world_size=2, eval_strategy="steps")
-    (problem,) = check_eval_dataset(evaluating, {"a": [1], "b": Stream()})
-    assert problem.field == "eval_dataset" and "world_size=2" in str(problem.message)
-    assert check_eval_dataset(SimpleNamespace(world_size=2, eval_strategy="no"), Stream()) == []
-    assert check_eval_dataset(SimpleNamespace(world_size=1, eval_strategy="steps"), Stream()) == []
-    assert check_eval_dataset(evaluating, [1, 2]) == []
+    evaluating = SimpleNamespace(eval_strategy="steps")
+    (problem,) = check_eval_dataset(evaluating, {"a": [1], "b": Stream()}, replicas=2)
+    assert problem.field == "eval_dataset" and "on 2 processes" in str(problem.message)
+    assert check_eval_dataset(SimpleNamespace(eval_strategy="no"), Stream(), replicas=2) == []
+    assert check_eval_dataset(evaluating, Stream(), replicas=1) == []  # one process, or tensor parallelism alone
+    assert check_eval_dataset(evaluating, [1, 2], replicas=2) == []
