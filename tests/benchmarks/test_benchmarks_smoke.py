@@ -61,7 +61,10 @@ def test_smoke_report_has_targets_ratios_and_imports(smoke_report):
     ]
     eval_targets = [t for t in smoke_report["targets"] if t["workload"] == "eval"]
     assert [t["comparison"] for t in eval_targets] == [">=", ">="]  # throughput: higher is better
-    assert all(t["status"] in ("met", "missed") for t in smoke_report["targets"])
+    # At the smoke scale's 20 and 40 drawn examples the draws' difference can be under the timer's noise: then the
+    # skip-over-draw ratio is undefined (None, "n/a"); every other target is judged.
+    judged = [t for t in smoke_report["targets"] if t["metric"] != "iterable_skip_over_draw"]
+    assert all(t["status"] in ("met", "missed") for t in judged)
     assert smoke_report["ratios"]["tiny"]["ms_per_step"]["transformers"]["median"] > 0
     ckpt = {r["runner"]: r for r in smoke_report["results"] if r["workload"] == "ckpt"}
     assert ckpt["hf_lightning"]["fsync_calls"] > 0  # our atomic save fsyncs; the timer saw it
