@@ -285,7 +285,7 @@ def _build_dataloader(
         if world_size > 1:
             return _iterable_loader_across_processes(
                 dataset, params, args=args, settings=settings, world_size=world_size,
-                process_index=process_index, is_training=is_training, description=description,
+                process_index=process_index, is_training=is_training,
             )  # fmt: skip
         loader = HFDataLoader(dataset, **params)
         if not is_training:
@@ -337,16 +337,10 @@ def _iterable_loader_across_processes(
     world_size: int,
     process_index: int,
     is_training: bool,
-    description: str,
 ) -> HFDataLoader:
-    """The train loader over an IterableDataset on `world_size` processes, as accelerate prepares it (R3.7):
-    dealt from the first process (`dispatch_batches` None or True) or read by each (`dispatch_batches=False`)."""
-    if not is_training:
-        raise ValueError(
-            f"{description}: an IterableDataset as the evaluation or test dataset with world_size={world_size} is not "
-            "supported by hf_lightning; pass a map-style dataset with a length there (training on an IterableDataset "
-            "across processes is supported)."
-        )
+    """A loader over an IterableDataset on `world_size` processes, as accelerate prepares it (R3.7): dealt from the
+    first process (`dispatch_batches` None or True) or read by each (`dispatch_batches=False`); the same for the
+    train, eval and test loaders (the evaluation loop's gather drops the completed tail, `last_batch_remainder`)."""
     from hf_lightning.translation.translate import planned_settings
 
     settings = planned_settings(args, settings)
@@ -398,6 +392,8 @@ class DispatchingDataLoader(HFDataLoader):
         self.num_processes = num_processes
         self.process_index = process_index
         self.split_batches = split_batches
+        # accelerate's `remainder`: real samples of the last joined batch, once the iteration reached it (-1: unknown).
+        self.remainder = -1
 
     @property
     def total_batch_size(self) -> int:
@@ -412,15 +408,24 @@ class DispatchingDataLoader(HFDataLoader):
     def __iter__(self) -> Iterator[Any]:
         return self._dealt_batches()
 
+    def _reached_last(self, size: int) -> None:
+        self.remainder = size
+
     def _dealt_batches(self) -> Iterator[Any]:
         self.set_epoch(self.iteration)
         skip, self._skip_next_iteration = self._skip_next_iteration, 0
+        self.remainder = -1
+        try:  # a sized dataset's remainder is known from the start, as accelerate's `begin()` computes it
+            self.remainder = len(self.dataset) % self.total_batch_size
+        except TypeError:
+            pass
         iterator = DataLoader.__iter__(self)
         batches = dispatched_batches(
             iterator if self.process_index == 0 else None,
             num_processes=self.num_processes,
             process_index=self.process_index,
             split_batches=self.split_batches,
+            on_last=self._reached_last,
         )
         yield from itertools.islice(batches, skip, None)
         self.iteration += 1

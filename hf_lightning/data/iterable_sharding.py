@@ -1,5 +1,5 @@
-"""An IterableDataset's train batches across several processes, dealt as accelerate's prepared loaders deal them
-(R3.7).
+"""An IterableDataset's batches (train, eval or test) across several processes, dealt as accelerate's prepared loaders
+deal them (R3.7).
 
 With dispatch (`accelerator_config.dispatch_batches` None or True: the reference's default for an iterable dataset)
 only the first process draws batches: it joins `W` of them (takes one with `split_batches`), sends the result to
@@ -12,7 +12,7 @@ every process trains on a batch of the same size. transformers, accelerate and d
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -132,14 +132,20 @@ def check_split_batch_size(batch_size: int, num_processes: int) -> None:
 
 
 def dispatched_batches(
-    iterator: Iterator[Any] | None, *, num_processes: int, process_index: int, split_batches: bool
+    iterator: Iterator[Any] | None,
+    *,
+    num_processes: int,
+    process_index: int,
+    split_batches: bool,
+    on_last: Callable[[int], None] | None = None,
 ) -> Iterator[Any]:
     """This process's slices of the batches the first process draws from `iterator` (only its iterator is read).
 
     Per step the first process draws `num_processes` batches and joins them (one batch with `split_batches`), and
     draws the next step's ahead of time, as accelerate's `DataLoaderDispatcher` does (so a collator that draws
     random numbers draws them at the same moments). A last, short joined batch whose size does not divide by
-    `num_processes` is completed with the epoch's first examples.
+    `num_processes` is completed with the epoch's first examples. `on_last(size)` is told the last joined batch's
+    size, before completion, just before its slice is yielded (accelerate's `remainder`: the real samples of it).
     """
     is_first = process_index == 0
     stopped = False  # the first process's iterator is exhausted (told to every process)
@@ -202,6 +208,8 @@ def dispatched_batches(
         if not finished:
             upcoming, has_upcoming = fetch()
             finished = stopped and not has_upcoming
+        if finished and on_last is not None:
+            on_last(observed)
         if finished and observed % num_processes != 0:
             batch = concatenate([batch, first_examples])
             per_process += 1

@@ -3,8 +3,8 @@
 The arguments are checked again (a field assigned after construction), with the worker options that need
 `dataloader_num_workers` > 0 (the reference builds such arguments, its DataLoader refuses them), then what
 only the trainer can see:
-NEFTune on a model without input embeddings, an empty map-style train dataset, an iterable eval dataset that
-training would evaluate on several processes, `lr_scheduler_kwargs` the schedule does not take. Every problem goes into one `InvalidArgumentsError` (a `ValueError`, and also the
+NEFTune on a model without input embeddings, an empty map-style train dataset, `lr_scheduler_kwargs` the
+schedule does not take. Every problem goes into one `InvalidArgumentsError` (a `ValueError`, and also the
 type the reference's error has), before any training starts; the reference meets each of them inside
 `train()` as an error from torch or its loop.
 """
@@ -14,15 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from torch import nn
-from torch.utils.data import IterableDataset
 
 from hf_lightning.args.validation import Problem, invalid_arguments, value_problems
 from hf_lightning.data.model_inputs import unwrap_peft_model
 from hf_lightning.data.sized import has_length
 
 __all__ = [
-    "check_eval_dataset",
-    "check_eval_dataset_for_training",
     "check_neftune_embeddings",
     "check_scheduler_kwargs",
     "check_train_dataset",
@@ -63,32 +60,6 @@ def check_train_dataset(dataset: Any) -> list[Problem]:
     ]
 
 
-def check_eval_dataset(args: Any, dataset: Any, replicas: int) -> list[Problem]:
-    """An IterableDataset is evaluated in a single process only: refused here when training would evaluate it on
-    several data-parallel `replicas` (`evaluate()` called later refuses it when its loader is built). The
-    tensor-parallel ranks of one replica read the same batches, so tensor parallelism alone is one replica."""
-    datasets = dataset.values() if isinstance(dataset, dict) else [dataset]
-    if replicas <= 1 or str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no":
-        return []
-    if not any(isinstance(item, IterableDataset) for item in datasets):
-        return []
-    return [
-        Problem(
-            "eval_dataset",
-            f"an IterableDataset is not supported for evaluation on {replicas} processes; pass a map-style "
-            "dataset with a length as eval_dataset, or set eval_strategy='no' (training on an IterableDataset across "
-            "processes is supported).",
-        )
-    ]
-
-
-def check_eval_dataset_for_training(args: Any, eval_dataset: Any, replicas: int) -> None:
-    """`check_eval_dataset`'s problem as an `InvalidArgumentsError` (after the plan: it needs the replicas)."""
-    problems = check_eval_dataset(args, eval_dataset, replicas)
-    if problems:
-        raise invalid_arguments("Trainer", problems)
-
-
 def check_scheduler_kwargs(args: Any, own_scheduler: bool) -> list[Problem]:
     """`lr_scheduler_kwargs` keys must be arguments of the `lr_scheduler_type` schedule (unless one is passed)."""
     kwargs = args.lr_scheduler_kwargs
@@ -114,11 +85,7 @@ def check_scheduler_kwargs(args: Any, own_scheduler: bool) -> list[Problem]:
 
 
 def check_trainer_inputs(
-    args: Any,
-    model: nn.Module | None,
-    train_dataset: Any,
-    own_scheduler: bool,
-    neftune_noise_alpha: Any,
+    args: Any, model: nn.Module | None, train_dataset: Any, own_scheduler: bool, neftune_noise_alpha: Any
 ) -> None:
     """Every problem of the arguments, the model and the train dataset in one `InvalidArgumentsError`."""
     problems = value_problems(args, with_loader_options=True)

@@ -38,7 +38,7 @@ from hf_lightning.checkpoint.saving import CheckpointMixin
 from hf_lightning.data.collate import pick_default_collator
 from hf_lightning.data.sized import has_length
 from hf_lightning.engine.accelerator import LightningAccelerator
-from hf_lightning.engine.input_checks import check_eval_dataset_for_training, check_trainer_inputs
+from hf_lightning.engine.input_checks import check_trainer_inputs
 from hf_lightning.engine.jit_checkpoint import JITCheckpointCallback
 from hf_lightning.engine.loss import (
     LabelSmoother,
@@ -166,7 +166,6 @@ class HFLightningTrainer(
         refusal = tp_model_refusal(model, self.get_tp_size())
         if refusal:
             raise ValueError(refusal)
-        check_eval_dataset_for_training(args, eval_dataset, replicas=self._data_parallel_layout()[0])
         fold_num_steps_into_arguments(args)
         # The planned settings the facade keeps under the reference's attribute names.
         self.label_smoother = self._build_label_smoother()

@@ -242,10 +242,16 @@ def last_batch_remainder(dataloader: Any, last_batch: Any, num_processes: int = 
 
     Map-style dataset (accelerate's `DataLoaderShard`): `len(dataset) % total_batch_size`, or -1 with
     `drop_last`, an unsized dataset or a batch sampler without `batch_size`. Iterable dataset (accelerate
-    dispatches its batches): the size of `last_batch`.
+    dispatches its batches): the size of `last_batch` in one process; across processes the real samples of the
+    last batch rank 0 joined (`DispatchingDataLoader.remainder`), or -1 when each process reads its own shard
+    (nothing is cut: its shard's length is a multiple of the batch size, as in accelerate).
     """
     dataset = getattr(dataloader, "dataset", None)
     if isinstance(dataset, torch.utils.data.IterableDataset):
+        if num_processes > 1:
+            from hf_lightning.data.dataloaders import DispatchingDataLoader
+
+            return dataloader.remainder if isinstance(dataloader, DispatchingDataLoader) else -1
         observed = find_batch_size(last_batch)
         return -1 if observed is None else observed
     sampler = getattr(dataloader, "sampler", None)

@@ -489,9 +489,9 @@ def test_iterable_dataset_receives_epochs_like_reference(make_args):
     assert ours.calls == ref_dataset.calls == [0, 0, 1, 1, 2, 2]
 
 
-def test_iterable_dataset_across_processes_is_dealt_for_training_and_refused_for_evaluation(make_args):
-    """Training batches are dealt from the first process (tests/data/test_iterable_across_processes.py runs it on 2
-    processes); evaluation of an iterable dataset across processes is refused, naming the dataset."""
+def test_iterable_dataset_across_processes_is_dealt_for_training_and_evaluation(make_args):
+    """Training and evaluation batches are dealt from the first process (tests/data/test_iterable_across_processes.py
+    runs both on 2 processes); with dispatch_batches=False each process reads its shard."""
     from hf_lightning.data.dataloaders import DispatchingDataLoader
 
     loader = build_train_dataloader(EpochIterable(), args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
@@ -502,8 +502,8 @@ def test_iterable_dataset_across_processes_is_dealt_for_training_and_refused_for
         EpochIterable(), args=every_process_reads, data_collator=None, model=IdxModel(), world_size=2, process_index=1
     )
     assert type(loader.dataset).__name__ == "IterableDatasetShard" and loader.dataset.process_index == 1
-    with pytest.raises(ValueError, match="evaluation or test dataset with world_size=2"):
-        build_eval_dataloader(EpochIterable(), args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
+    evaluation = build_eval_dataloader(EpochIterable(), args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
+    assert isinstance(evaluation, DispatchingDataLoader) and evaluation.dataset_positions is None
     split = make_args(accelerator_config={"split_batches": True}, per_device_train_batch_size=3)
     with pytest.raises(ValueError, match="split_batches=True with a batch size of 3"):
         build_train_dataloader(EpochIterable(), args=split, data_collator=None, model=IdxModel(), world_size=2)

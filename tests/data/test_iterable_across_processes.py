@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from hf_lightning.data.iterable_sharding import IterableDatasetShard, batch_size_of, concatenate, slice_batch
-from tests.distributed.iterable_script import NUM_EXAMPLES, SCENARIOS
+from tests.distributed.iterable_script import EVALUATIONS, NUM_EXAMPLES, SCENARIOS
 from tests.distributed.launching import side_by_side
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,6 +67,42 @@ def test_what_the_comparison_covers(launches):
     assert not set(seeded0[0]) & set(seeded1[0])  # one order on both ranks: each keeps its own part of it
     stream0, stream1 = (launches["ours"][rank]["stream_by_shard"]["seen"] for rank in range(2))
     assert {i % 2 for batch in stream0 for i in batch} == {0} and {i % 2 for batch in stream1 for i in batch} == {1}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", EVALUATIONS)
+def test_evaluate_predict_and_evaluations_in_training_match_the_reference(launches, scenario):
+    for rank in range(2):
+        ours, reference = launches["ours"][rank][scenario], launches["reference"][rank][scenario]
+        assert ours.keys() == reference.keys()
+        for key in ours:
+            mine, theirs = ours[key], reference[key]
+            if key in ("train_log", "train_evaluations"):  # lists of logged dicts
+                assert len(mine) == len(theirs), rank
+                for entry, expected in zip(mine, theirs):
+                    assert entry == pytest.approx(expected, rel=1e-5, abs=1e-7), (rank, key)
+            else:
+                assert mine == pytest.approx(theirs, rel=1e-5, abs=1e-7), (rank, key)
+
+
+@pytest.mark.slow
+def test_the_evaluation_comparison_sees_every_example_once_when_dealt(launches):
+    """Dealt from rank 0, the gather drops the example that completed the last batch: 21 predictions. Each rank
+    reading its shard keeps the repeated ones, as the reference does (24)."""
+    assert launches["ours"][0]["evaluated_dispatched"]["evaluate"]["eval_count"] == NUM_EXAMPLES
+    assert len(launches["ours"][1]["evaluated_dispatched"]["predictions"]) == NUM_EXAMPLES
+    assert launches["ours"][0]["evaluated_each_reads"]["evaluate"]["eval_count"] == 24
+    assert len(launches["ours"][0]["evaluated_dispatched"]["train_evaluations"]) == 3  # steps 7 and 14, evaluate()
+
+
+@pytest.mark.slow
+def test_evaluate_before_train_still_synchronises_the_ranks(launches):
+    """docs/divergences.md: after evaluate(), the reference's train() leaves the model unwrapped, so the ranks'
+    gradients are never averaged and their weights drift apart; ours trains under DDP, the ranks stay equal."""
+    ours = [launches["ours"][rank]["evaluate_then_train"] for rank in range(2)]
+    reference = [launches["reference"][rank]["evaluate_then_train"] for rank in range(2)]
+    assert ours[0]["wrapped"] == "DistributedDataParallel" and ours[0]["weights"] == ours[1]["weights"]
+    assert reference[0]["wrapped"] == "RecordingMLP" and reference[0]["weights"] != reference[1]["weights"]
 
 
 @pytest.mark.slow

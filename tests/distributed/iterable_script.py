@@ -162,8 +162,88 @@ def train(side: str, out_dir: str, name: str, extra: dict, batch_size: int, make
     }
 
 
+def example_metrics(prediction) -> dict:
+    """Metrics that change with any sample added, dropped or moved: how many, their sum, and an order-weighted sum."""
+    import numpy as np
+
+    predictions, labels = np.asarray(prediction.predictions), np.asarray(prediction.label_ids)
+    weights = np.arange(1, len(labels) + 1)
+    return {"count": len(labels), "label_sum": float(labels.sum()), "ordered": float((weights * predictions).sum())}
+
+
+def evaluated(side: str, out_dir: str, name: str, extra: dict, make_data) -> dict:
+    """A training run that evaluates an iterable eval dataset every 7 steps, then evaluate() and predict() of it
+    (eval batch 2: the last joined batch holds 1 example)."""
+    trainer_cls, args_cls = classes(side)
+    kwargs = dict(
+        output_dir=os.path.join(out_dir, side, name), use_cpu=True, report_to="none", disable_tqdm=True,
+        per_device_train_batch_size=2, per_device_eval_batch_size=2, max_steps=14, logging_steps=7,
+        eval_strategy="steps", eval_steps=7, learning_rate=1e-2, seed=7, ddp_backend="gloo", save_strategy="no",
+    )  # fmt: skip
+    trainer = trainer_cls(
+        model=RecordingMLP(), args=args_cls(**{**kwargs, **extra}), train_dataset=make_data(),
+        eval_dataset=make_data(), data_collator=NoisyCollator(), compute_metrics=example_metrics,
+    )  # fmt: skip
+    trainer.train()
+    metrics = trainer.evaluate()
+    prediction = trainer.predict(make_data())
+    return {
+        "evaluate": {k: v for k, v in metrics.items() if not k.endswith(("_runtime", "_per_second", "_time"))},
+        "predictions": prediction.predictions.tolist(),
+        "label_ids": prediction.label_ids.tolist(),
+        "predict_metrics": {k: v for k, v in prediction.metrics.items() if not k.endswith(("_runtime", "_per_second", "_time"))},
+        "train_log": [
+            {k: v for k, v in entry.items() if k in ("loss", "grad_norm", "learning_rate", "step")}
+            for entry in trainer.state.log_history
+            if "loss" in entry
+        ],
+        "train_evaluations": [
+            {k: v for k, v in entry.items() if not k.endswith(("_runtime", "_per_second", "_time"))}
+            for entry in trainer.state.log_history
+            if "eval_loss" in entry
+        ],
+    }
+
+
+EVALUATIONS = {
+    "evaluated_dispatched": ({}, Examples),
+    "evaluated_each_reads": ({"accelerator_config": {"dispatch_batches": False}}, Examples),
+    "evaluated_sized_dispatched": ({}, SizedExamples),
+}
+
+
+def listed_examples():
+    """The `Examples` as a map-style dataset."""
+    from tests.parity.models import ListDataset
+
+    data = Examples()
+    return ListDataset([{"x": data.x[i], "labels": data.y[i], "idx": torch.tensor(i)} for i in range(NUM_EXAMPLES)])
+
+
+def evaluate_then_train(side: str, out_dir: str) -> dict:
+    """evaluate() before train() on map-style data: whether training then synchronises the ranks' gradients."""
+    trainer_cls, args_cls = classes(side)
+    args = args_cls(
+        output_dir=os.path.join(out_dir, side, "evaluate_then_train"), use_cpu=True, report_to="none",
+        disable_tqdm=True, per_device_train_batch_size=2, per_device_eval_batch_size=2, max_steps=3,
+        learning_rate=1e-2, seed=7, ddp_backend="gloo", save_strategy="no",
+    )  # fmt: skip
+    trainer = trainer_cls(
+        model=RecordingMLP(), args=args, train_dataset=listed_examples(), eval_dataset=listed_examples(),
+        data_collator=NoisyCollator(),
+    )  # fmt: skip
+    trainer.evaluate()
+    trainer.train()
+    return {
+        "wrapped": type(trainer.model_wrapped).__name__,
+        "weights": {k: v.detach().to(torch.float64).flatten().tolist() for k, v in trainer.model.state_dict().items()},
+    }
+
+
 def report(side: str, out_dir: str) -> dict:
-    results = {}
+    results = {"evaluate_then_train": evaluate_then_train(side, out_dir)}
+    for name, (extra, make_data) in EVALUATIONS.items():
+        results[name] = evaluated(side, out_dir, name, extra, make_data)
     for name, (extra, batch_size, make_data) in SCENARIOS.items():
         results[name] = train(side, out_dir, name, extra, batch_size, make_data)
     # Resume mid-epoch (step 8 of 6-step epochs) from the dispatched run's checkpoint: the skipped batches replay.

@@ -205,20 +205,3 @@ def test_label_smoothing_on_float_labels_names_the_field(tmp_path):
     trainer = HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
     with pytest.raises(ValueError, match="label_smoothing_factor"):
         trainer.train()
-
-
-def test_an_iterable_eval_dataset_that_training_would_evaluate_on_several_processes_is_named():
-    from types import SimpleNamespace
-
-    from hf_lightning.engine.input_checks import check_eval_dataset
-
-    class Stream(IterableDataset):
-        def __iter__(self):
-            yield from ()
-
-    evaluating = SimpleNamespace(eval_strategy="steps")
-    (problem,) = check_eval_dataset(evaluating, {"a": [1], "b": Stream()}, replicas=2)
-    assert problem.field == "eval_dataset" and "on 2 processes" in str(problem.message)
-    assert check_eval_dataset(SimpleNamespace(eval_strategy="no"), Stream(), replicas=2) == []
-    assert check_eval_dataset(evaluating, Stream(), replicas=1) == []  # one process, or tensor parallelism alone
-    assert check_eval_dataset(evaluating, [1, 2], replicas=2) == []
