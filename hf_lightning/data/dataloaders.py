@@ -76,6 +76,9 @@ class HFDataLoader(DataLoader):
         self.dataset_positions = DatasetPositions(dataset, self.batch_size) if position_restorable(self) else None
         # A generator set to the first process's state at each iteration (data/iterable_sharding.py).
         self.synchronized_generator: torch.Generator | None = None
+        # The batch just yielded is its iteration's last (accelerate's `end_of_dataloader`): read by the evaluation
+        # loop, which so draws no batch further ahead than accelerate's prepared loader does.
+        self.end_of_dataloader = False
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch `epoch` (sampler order, dataset `set_epoch`)."""
@@ -116,9 +119,13 @@ class HFDataLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         # Lazy, as a generator would be: the epoch and a resume skip are read when the first batch is drawn.
-        return one_batch_ahead(self._start_iteration, after_last=self._count_iteration)
+        return one_batch_ahead(self._start_iteration, before_last=self._reached_end, after_last=self._count_iteration)
+
+    def _reached_end(self, _last_batch: Any) -> None:
+        self.end_of_dataloader = True
 
     def _start_iteration(self) -> Iterator[Any]:
+        self.end_of_dataloader = False
         if self.synchronized_generator is not None:
             synchronize_generator(self.synchronized_generator)
         self.set_epoch(self.iteration)
@@ -410,15 +417,15 @@ class DispatchingDataLoader(HFDataLoader):
 
     def _reached_last(self, size: int) -> None:
         self.remainder = size
+        self.end_of_dataloader = True
 
     def _dealt_batches(self) -> Iterator[Any]:
         self.set_epoch(self.iteration)
         skip, self._skip_next_iteration = self._skip_next_iteration, 0
+        # Unknown until the last batch, sized dataset or not: accelerate's `begin()` fails to compute it for a
+        # dispatcher (its `total_batch_size` reads the dataset's `batch_size`) and leaves -1.
         self.remainder = -1
-        try:  # a sized dataset's remainder is known from the start, as accelerate's `begin()` computes it
-            self.remainder = len(self.dataset) % self.total_batch_size
-        except TypeError:
-            pass
+        self.end_of_dataloader = False
         iterator = DataLoader.__iter__(self)
         batches = dispatched_batches(
             iterator if self.process_index == 0 else None,

@@ -224,8 +224,17 @@ def iterate_with_last_flag(iterable: Iterable[Any]) -> Iterator[tuple[Any, bool]
     """Yield `(item, is_last)`, fetching one item ahead as accelerate's prepared dataloader does.
 
     The reference knows it is on the last batch (`gradient_state.end_of_dataloader`) before handling it; this
-    drives `compute_result=True` with `batch_eval_metrics` and the last-batch truncation of the gather.
+    drives `compute_result=True` with `batch_eval_metrics` and the last-batch truncation of the gather. Our
+    loaders (`HFDataLoader`, also dealt from the first process) already draw ahead as accelerate's do and know their
+    last batch when they yield it: they are not drawn ahead again, which would move a collator's random draws
+    against the model's (a model that draws random numbers in evaluation, sampling generation).
     """
+    from hf_lightning.data.dataloaders import HFDataLoader
+
+    if isinstance(iterable, HFDataLoader):
+        for item in iterable:
+            yield item, iterable.end_of_dataloader
+        return
     iterator = iter(iterable)
     try:
         current = next(iterator)
@@ -243,15 +252,20 @@ def last_batch_remainder(dataloader: Any, last_batch: Any, num_processes: int = 
     Map-style dataset (accelerate's `DataLoaderShard`): `len(dataset) % total_batch_size`, or -1 with
     `drop_last`, an unsized dataset or a batch sampler without `batch_size`. Iterable dataset (accelerate
     dispatches its batches): the size of `last_batch` in one process; across processes the real samples of the
-    last batch rank 0 joined (`DispatchingDataLoader.remainder`), or -1 when each process reads its own shard
-    (nothing is cut: its shard's length is a multiple of the batch size, as in accelerate).
+    last batch rank 0 joined (`DispatchingDataLoader.remainder`); when each process reads its own shard, 0 for a
+    sized shard (a multiple of the batch size) and -1 otherwise, so nothing is cut, as in accelerate.
     """
     dataset = getattr(dataloader, "dataset", None)
     if isinstance(dataset, torch.utils.data.IterableDataset):
         if num_processes > 1:
             from hf_lightning.data.dataloaders import DispatchingDataLoader
 
-            return dataloader.remainder if isinstance(dataloader, DispatchingDataLoader) else -1
+            if isinstance(dataloader, DispatchingDataLoader):
+                return dataloader.remainder
+            try:  # each process's shard: as accelerate's `begin()`, 0 for a sized one (nothing is cut), else -1
+                return len(dataset) % dataloader.batch_size
+            except TypeError:
+                return -1
         observed = find_batch_size(last_batch)
         return -1 if observed is None else observed
     sampler = getattr(dataloader, "sampler", None)

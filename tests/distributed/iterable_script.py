@@ -50,7 +50,8 @@ class NoisyCollator:
 
 
 class RecordingMLP(nn.Module):
-    """An MLP with dropout that records the example indices of each forward."""
+    """An MLP with dropout that records the example indices of each forward; in evaluation it adds noise from the
+    global RNG, so when batches are collated against the forwards shows there too."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -62,6 +63,8 @@ class RecordingMLP(nn.Module):
         if self.training and idx is not None:
             self.seen.append(idx.tolist())
         logits = self.net(x).squeeze(-1)
+        if not self.training:
+            logits = logits + 0.01 * torch.rand(logits.shape)
         return {"loss": nn.functional.mse_loss(logits, labels), "logits": logits}
 
 

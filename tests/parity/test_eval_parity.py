@@ -445,3 +445,28 @@ def test_eval_on_start_and_eval_delay(tmp_path):
     eval_steps = [entry["step"] for entry in result.ours.log_history if "eval_loss" in entry]
     assert eval_steps == [0, 4, 6, 8]
     assert_log_history_matches(result, loss_rtol=1e-6)
+
+
+@pytest.mark.parametrize("iterable", [False, True], ids=["map-style", "iterable"])
+def test_random_collator_and_random_eval_forward_draw_in_the_references_order(tmp_path, iterable):
+    """A collator and an evaluation forward that both draw from the global RNG: the loader is read no further
+    ahead than accelerate's prepared one (one batch), so each batch's noise and each forward's match."""
+    from tests.distributed.iterable_script import (
+        Examples,
+        NoisyCollator,
+        RecordingMLP,
+        example_metrics,
+        listed_examples,
+    )
+
+    make = Examples if iterable else listed_examples
+    result = run_parity(
+        RecordingMLP(),
+        listed_examples(),
+        tmp_path,
+        trainer_kwargs={"eval_dataset": make(), "compute_metrics": example_metrics, "data_collator": NoisyCollator()},
+        run=steps(evaluate, lambda t: t.predict(make())),
+        per_device_eval_batch_size=2,
+        seed=7,
+    )
+    assert_results_match(result)
