@@ -285,3 +285,30 @@ def test_spans_several_devices():
     assert not eval_utils.spans_several_devices(model)
     model.hf_device_map = {"a": 0, "b": 1}
     assert eval_utils.spans_several_devices(model)
+
+
+def test_remainder_of_iterable_loaders_across_processes():
+    """Each process's shard: 0 when sized (nothing cut, as accelerate's `begin()`), -1 unsized; a loader dealt
+    from the first process: unknown (-1) until its last batch (tests/data/test_iterable_across_processes.py)."""
+    from torch.utils.data import IterableDataset
+
+    from hf_lightning.data.dataloaders import DispatchingDataLoader, HFDataLoader
+    from hf_lightning.data.iterable_sharding import IterableDatasetShard
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            yield from (torch.tensor([i]) for i in range(5))
+
+    class SizedStream(Stream):
+        def __len__(self):
+            return 5
+
+    batch = torch.zeros(2, 1)
+    sized = HFDataLoader(IterableDatasetShard(SizedStream(), batch_size=2, num_processes=2), batch_size=2)
+    unsized = HFDataLoader(IterableDatasetShard(Stream(), batch_size=2, num_processes=2), batch_size=2)
+    assert eval_utils.last_batch_remainder(sized, batch, 2) == 0
+    assert eval_utils.last_batch_remainder(unsized, batch, 2) == -1
+    dealt = DispatchingDataLoader(SizedStream(), batch_size=2, num_processes=2, process_index=0, split_batches=False)
+    assert eval_utils.last_batch_remainder(dealt, batch, 2) == -1
+    dealt.remainder = 3  # what its iteration sets at the last batch
+    assert eval_utils.last_batch_remainder(dealt, batch, 2) == 3
