@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from hf_lightning.data.iterable_sharding import slice_batch
+
 __all__ = [
     "EvalLoopContainer",
     "atleast_1d",
@@ -287,18 +289,6 @@ def last_batch_remainder(dataloader: Any, last_batch: Any, num_processes: int = 
         return -1
 
 
-def _truncate_tensors(data: Any, limit: int) -> Any:
-    if isinstance(data, (list, tuple)):
-        items = [_truncate_tensors(item, limit) for item in data]
-        # Named tuples are rebuilt from positional fields, as accelerate's `honor_type` does.
-        return type(data)(*items) if hasattr(data, "_fields") else type(data)(items)
-    if isinstance(data, Mapping):
-        return type(data)({key: _truncate_tensors(value, limit) for key, value in data.items()})
-    if isinstance(data, torch.Tensor):
-        return data[:limit]
-    return data
-
-
 def _all_tensors(data: Any) -> bool:
     if isinstance(data, (list, tuple)):
         return all(_all_tensors(item) for item in data)
@@ -318,7 +308,7 @@ def drop_last_batch_padding(data: Any, is_last_batch: bool, remainder: int) -> A
     if not is_last_batch or remainder <= 0:
         return data
     if _all_tensors(data):
-        return _truncate_tensors(data, remainder)
+        return slice_batch(data, slice(0, remainder))
     try:
         return data[:remainder]
     except Exception:
