@@ -101,13 +101,15 @@ def _check_tensors(batch: Any, path: str = "") -> None:
         raise _field_error(path, batch)
 
 
+def _collective_device() -> torch.device | None:
+    """Where a broadcast's tensors must be: this process's GPU under NCCL, anywhere (None) under gloo."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+
+
 def _from_first_process(message: Any) -> Any:
     """`message` as the first process has it, on every process (the first process's own value is returned)."""
     holder = [message]
-    device = None
-    if dist.get_backend() == "nccl":  # NCCL moves the pickled bytes through this process's device
-        device = torch.device("cuda", torch.cuda.current_device())
-    dist.broadcast_object_list(holder, src=0, device=device)
+    dist.broadcast_object_list(holder, src=0, device=_collective_device())
     return holder[0]
 
 
@@ -115,8 +117,9 @@ def synchronize_generator(generator: torch.Generator) -> None:
     """Set `generator` to the first process's state on every process (accelerate's `synchronize_rng_states`
     for a loader's `synchronized_generator`): a dataset shuffling with it then draws the same order everywhere."""
     state = generator.get_state()
-    if dist.get_backend() == "nccl":  # NCCL broadcasts device tensors
-        state = state.to(torch.device("cuda", torch.cuda.current_device()))
+    device = _collective_device()
+    if device is not None:
+        state = state.to(device)
     dist.broadcast(state, src=0)
     generator.set_state(state.cpu())
 
@@ -292,9 +295,8 @@ def shard_iterable_dataset(
 ) -> tuple[Any, int]:
     """This process's dataset and loader batch size when every process reads the iterable dataset
     (`dispatch_batches=False`): an HF datasets stream with at least `num_processes` shards keeps its own shards
-    (not with `split_batches`), any other dataset is wrapped in `IterableDatasetShard`."""
-    if split_batches:
-        check_split_batch_size(batch_size, num_processes)
+    (not with `split_batches`), any other dataset is wrapped in `IterableDatasetShard` (which checks a split batch
+    size)."""
     if _is_hf_datasets_stream(dataset) and not split_batches and dataset.n_shards >= num_processes:
         return dataset.shard(num_shards=num_processes, index=process_index), batch_size
     shard = IterableDatasetShard(

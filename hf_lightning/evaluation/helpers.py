@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hf_lightning.data.dataloaders import DispatchingDataLoader, HFDataLoader
 from hf_lightning.data.iterable_sharding import slice_batch
 
 __all__ = [
@@ -231,8 +232,6 @@ def iterate_with_last_flag(iterable: Iterable[Any]) -> Iterator[tuple[Any, bool]
     last batch when they yield it: they are not drawn ahead again, which would move a collator's random draws
     against the model's (a model that draws random numbers in evaluation, sampling generation).
     """
-    from hf_lightning.data.dataloaders import HFDataLoader
-
     if isinstance(iterable, HFDataLoader):
         for item in iterable:
             yield item, iterable.end_of_dataloader
@@ -260,8 +259,6 @@ def last_batch_remainder(dataloader: Any, last_batch: Any, num_processes: int = 
     dataset = getattr(dataloader, "dataset", None)
     if isinstance(dataset, torch.utils.data.IterableDataset):
         if num_processes > 1:
-            from hf_lightning.data.dataloaders import DispatchingDataLoader
-
             if isinstance(dataloader, DispatchingDataLoader):
                 return dataloader.remainder
             try:  # each process's shard: as accelerate's `begin()`, 0 for a sized one (nothing is cut), else -1

@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import io
 import os
-import pickle
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -303,8 +302,8 @@ def report(side: str, out_dir: str, **arguments: Any) -> dict[str, Any]:
 if __name__ == "__main__":
     side, out_dir = sys.argv[1], sys.argv[2]
     outcome = report(side, out_dir)
-    rank = int(os.environ.get("RANK", "0"))
-    (Path(out_dir) / f"{side}_rank{rank}.pkl").write_bytes(pickle.dumps(outcome))
+    from tests.distributed.launching import write_rank_report
     from tests.distributed.teardown import end_worker
 
+    write_rank_report(out_dir, side, outcome)
     end_worker()

@@ -9,7 +9,6 @@ dataset indices it read. The model and data are also imported by the test for th
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 
 import numpy as np
@@ -129,9 +128,9 @@ def main() -> None:
     side, output_dir = sys.argv[1], sys.argv[2]
     result = run(side, output_dir)
     result["predictions"] = np.asarray(result["predictions"])
-    rank = int(os.environ.get("RANK", "0"))
-    with open(os.path.join(output_dir, f"{side}_rank{rank}.pkl"), "wb") as handle:
-        pickle.dump(result, handle)
+    from tests.distributed.launching import write_rank_report
+
+    write_rank_report(output_dir, side, result)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,7 @@ epochs the dataset was told, rank 0's log history and the final weights to `<out
 from __future__ import annotations
 
 import os
-import pickle
 import sys
-from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -263,8 +261,8 @@ def report(side: str, out_dir: str) -> dict:
 if __name__ == "__main__":
     side, out_dir = sys.argv[1], sys.argv[2]
     outcome = report(side, out_dir)
-    rank = int(os.environ.get("RANK", "0"))
-    (Path(out_dir) / f"{side}_rank{rank}.pkl").write_bytes(pickle.dumps(outcome))
+    from tests.distributed.launching import write_rank_report
     from tests.distributed.teardown import end_worker
 
+    write_rank_report(out_dir, side, outcome)
     end_worker()

@@ -30,6 +30,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def write_rank_report(output_dir: str, side: str, report: object) -> None:
+    """In a launched worker: pickle this rank's `report` where `side_by_side` reads it."""
+    rank = int(os.environ.get("RANK", "0"))
+    (Path(output_dir) / f"{side}_rank{rank}.pkl").write_bytes(pickle.dumps(report))
+
+
 def launch(script: Path, side: str, output_dir: Path) -> subprocess.Popen:
     """Start `script side output_dir` under torchrun, free of this process's rank variables."""
     env = {
