@@ -31,7 +31,7 @@ def default_data_collator(features: Sequence[Any], return_tensors: str = "pt") -
             f"default_data_collator: return_tensors={return_tensors!r} is not supported; hf_lightning "
             "collates to torch tensors, use return_tensors='pt'."
         )
-    if not isinstance(features[0], Mapping):
+    if type(features[0]) is not dict and not isinstance(features[0], Mapping):  # `dict` skips the ABC check
         features = [vars(f) for f in features]
     first = features[0]
     batch: dict[str, Any] = {}
@@ -138,14 +138,10 @@ class RemoveColumnsCollator:
 
     def __call__(self, features: list[Any]) -> Any:
         columns = self._columns
-        if self.data_collator is default_data_collator:
-            for feature in features:
-                if type(feature) is not dict or not feature.keys() <= columns:
-                    break
-            else:
-                # Nothing to drop, and this collator only reads the examples: the reference's per-example
-                # copies could not be told apart from the examples themselves.
-                return default_data_collator(features)
+        if self.data_collator is default_data_collator and _plain_dicts_within(features, columns):
+            # Nothing to drop, and this collator only reads the examples: the reference's per-example
+            # copies could not be told apart from the examples themselves.
+            return default_data_collator(features)
         # Plain dicts with nothing to drop are copied inline (the common case, one call fewer per example).
         return self.data_collator(
             [
@@ -155,6 +151,14 @@ class RemoveColumnsCollator:
                 for feature in features
             ]
         )
+
+
+def _plain_dicts_within(features: Sequence[Any], columns: frozenset) -> bool:
+    """Whether every example is a plain `dict` whose keys are all in `columns`. Checked with C iterators (`map`
+    over `type` and `dict.keys`), not a Python loop: this runs on every batch the loader collates."""
+    if not features or {*map(type, features)} != {dict}:
+        return False
+    return all(map(columns.issuperset, map(dict.keys, features)))
 
 
 def ignored_columns_message(ignored_columns: Sequence[str], model_name: str, description: str | None) -> str:

@@ -10,15 +10,29 @@ The epoch loop: after every batch it asks, twice, whether Lightning should step 
 validate; under manual optimization (always ours: the module steps the reference's scheduler itself) and with a
 module that has no `validation_step` (the facade evaluates) both answers are no, after some ten calls each.
 `LeanTrainingEpochLoop` answers them at once, and skips the fetch profiling the lean profiler would ignore.
+
+The batch itself: Lightning's `advance` reaches the module's `training_step` through three generic dispatchers
+(callback hooks, module hooks, strategy hooks), each logging a debug line, formatting a profiler action name and
+saving `_current_fx_name`, and through the manual-optimization loop's `run`. When the profiler is the lean one,
+Lightning validates nothing and the strategy keeps the no-op `on_train_batch_start`, `advance` runs the same
+steps in the same order, calling only the callbacks that override a batch hook (the base hooks are empty):
+`_lean_batch` below, Lightning 2.6's `_TrainingEpochLoop.advance` and `_ManualOptimization.run` written out
+for that case. Anything else (a restart from a Lightning checkpoint, another profiler, a validating module)
+takes Lightning's own path.
 """
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.loops import _TrainingEpochLoop
+from lightning.pytorch.loops.fetchers import _DataLoaderIterDataFetcher
 from lightning.pytorch.profilers import PassThroughProfiler
+from lightning.pytorch.strategies import Strategy
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 __all__ = [
     "LeanPassThroughProfiler",
@@ -62,8 +76,113 @@ def use_lean_profiler(trainer: pl.Trainer) -> None:
         trainer.profiler.__class__ = LeanPassThroughProfiler
 
 
+class _BatchHooks:
+    """The Lightning callbacks overriding `on_train_batch_start` / `on_train_batch_end`, found once per epoch."""
+
+    __slots__ = ("batch_start", "batch_end")
+
+    def __init__(self, callbacks: list[pl.Callback]) -> None:
+        self.batch_start = [c for c in callbacks if _overrides(c, "on_train_batch_start")]
+        self.batch_end = [c for c in callbacks if _overrides(c, "on_train_batch_end")]
+
+
+def _overrides(callback: pl.Callback, hook: str) -> bool:
+    return getattr(getattr(callback, hook), "__func__", None) is not getattr(pl.Callback, hook)
+
+
+def _lean_batch_hooks(trainer: pl.Trainer) -> _BatchHooks | None:
+    """The callbacks to call when a batch can take the lean path (see the module docstring), else None."""
+    module = trainer.lightning_module
+    if (
+        type(trainer.profiler) is not LeanPassThroughProfiler
+        or module.automatic_optimization
+        or trainer.accumulate_grad_batches != 1
+        or type(module).validation_step is not pl.LightningModule.validation_step
+        or type(trainer.strategy).on_train_batch_start is not Strategy.on_train_batch_start
+    ):
+        return None
+    return _BatchHooks(trainer.callbacks)
+
+
 class LeanTrainingEpochLoop(_TrainingEpochLoop):
-    """`_TrainingEpochLoop` answering three per-batch questions at once when the answer cannot depend on the batch."""
+    """`_TrainingEpochLoop` answering three per-batch questions at once when the answer cannot depend on the batch,
+    and running a batch without the generic hook dispatch when nothing could tell (the module docstring)."""
+
+    _lean_hooks: _BatchHooks | None = None
+
+    def on_run_start(self, data_fetcher: Any) -> None:
+        super().on_run_start(data_fetcher)
+        self._lean_hooks = _lean_batch_hooks(self.trainer)
+
+    def advance(self, data_fetcher: Any) -> None:
+        hooks = self._lean_hooks
+        if hooks is None or self.restarting or not isinstance(data_fetcher, _DataLoaderIterDataFetcher):
+            super().advance(data_fetcher)
+        else:
+            self._lean_batch(data_fetcher, hooks)
+
+    def _lean_batch(self, data_fetcher: _DataLoaderIterDataFetcher, hooks: _BatchHooks) -> None:
+        """Lightning's `advance` for a `dataloader_iter` step under manual optimization, hooks called directly."""
+        self.val_loop.restarting = False
+        trainer = self.trainer
+        if torch.distributed.is_available() and torch.distributed.is_initialized() and trainer.world_size > 1:
+            self._broadcast_sigterm_tensor()
+        dataloader_iter = next(data_fetcher)
+        batch, batch_idx = data_fetcher._batch, data_fetcher._batch_idx
+        progress = self.batch_progress
+        progress.is_last_batch = data_fetcher.done
+        progress.increment_ready()
+        trainer._logger_connector.on_batch_start(batch)
+        module = trainer.lightning_module
+        previous_fx_name = module._current_fx_name
+        module._current_fx_name = "on_train_batch_start"
+        for callback in hooks.batch_start:
+            callback.on_train_batch_start(trainer, module, batch, batch_idx)
+        response = module.on_train_batch_start(batch, batch_idx)
+        module._current_fx_name = previous_fx_name
+        if response == -1:  # the epoch ends here; Lightning counts the batch processed, then stops
+            progress.increment_by(0, is_last_batch=True)
+            progress.increment_processed()
+            raise StopIteration
+        progress.increment_started()
+        batch_output = self._lean_manual_run(trainer, module, dataloader_iter)
+        progress.increment_processed()
+        batch, batch_idx = data_fetcher._batch, data_fetcher._batch_idx  # the step drew from the iterator
+        progress.is_last_batch = data_fetcher.done
+        module._current_fx_name = "on_train_batch_end"
+        for callback in hooks.batch_end:
+            callback.on_train_batch_end(trainer, module, batch_output, batch, batch_idx)
+        module.on_train_batch_end(batch_output, batch, batch_idx)
+        module._current_fx_name = previous_fx_name
+        trainer._logger_connector.on_batch_end()
+        progress.increment_completed()
+        trainer._logger_connector.update_train_step_metrics()
+
+    def _lean_manual_run(self, trainer: pl.Trainer, module: pl.LightningModule, dataloader_iter: Any) -> Any:
+        """`_ManualOptimization.run` with the strategy's `training_step` called directly."""
+        manual = self.manual_optimization
+        manual.on_run_start()
+        with suppress(StopIteration):
+            strategy = trainer.strategy
+            previous_fx_name = module._current_fx_name
+            module._current_fx_name = "training_step"
+            output = strategy.training_step(dataloader_iter)
+            module._current_fx_name = previous_fx_name
+            strategy.post_training_step()
+            manual._output = manual.output_result_cls.from_training_step_output(output).asdict()
+        manual._restarting = False
+        return manual.on_run_end()
+
+    def on_advance_end(self, data_fetcher: Any) -> None:
+        if self._lean_hooks is None or self.restarting or self._skip_next_val:
+            super().on_advance_end(data_fetcher)
+            return
+        # Lightning's, with no validation to run and no scheduler to step (`_lean_batch_hooks` made sure), and a
+        # manual optimization that never accumulates (`accumulate_grad_batches` is 1).
+        self._batches_that_stepped += 1
+        self._save_loggers_on_train_batch_end()
+        if self.trainer.received_sigterm and not self._is_training_done:
+            raise SIGTERMException
 
     def update_lr_schedulers(self, interval: str, update_plateau_schedulers: bool) -> None:
         # Lightning's `_update_learning_rates` returns without stepping anything under manual optimization.

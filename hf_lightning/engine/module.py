@@ -64,11 +64,12 @@ def _moved_to_device(batch: Any, device: torch.device) -> Any:
 class _FitView:
     """What one fit's steps read from Lightning and the plan, looked up once (fixed once the fit has started)."""
 
-    __slots__ = ("strategy", "root_device", "scaler", "plain_forward", "faults_armed")
+    __slots__ = ("strategy", "root_device", "scaler", "plain_forward", "faults_armed", "optimizer")
 
     def __init__(self, module: HFLightningModule) -> None:
         trainer = module.trainer
         self.strategy = trainer.strategy
+        self.optimizer = module.optimizers()  # the `LightningOptimizer`, set up with the strategy before the fit
         self.root_device = self.strategy.root_device
         # The AMP gradient scaler (fp16 only), set when the precision plugin is built.
         self.scaler = getattr(trainer.precision_plugin, "scaler", None)
@@ -289,7 +290,7 @@ class HFLightningModule(pl.LightningModule):
         facade = self._facade
         run = self._run
         fit = self._fit_view()
-        optimizer = self.optimizers()
+        optimizer = fit.optimizer
         grad_norm = facade._clip_grad_norm(facade.model_wrapped)
         facade._fire("on_pre_optimizer_step")
         scale_before = self._grad_scale()

@@ -93,7 +93,9 @@ class TrainingStepMixin:
             loss_is_scaled_for_ga = (
                 self.model_accepts_loss_kwargs and num_items_in_batch is not None
             ) or self.compute_loss_func is not None
-        if not loss_is_scaled_for_ga:
+        if not loss_is_scaled_for_ga and self.current_gradient_accumulation_steps != 1:
+            # The reference divides by a window of one too; `x / 1` is `x` exactly, and so is its gradient, so
+            # that division (and its autograd node) is skipped.
             loss = loss / self.current_gradient_accumulation_steps
         self._training_run.module.backward_loss(loss)
         return loss.detach()

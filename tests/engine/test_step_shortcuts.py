@@ -173,6 +173,24 @@ def test_column_removal_without_copies_gives_the_same_batch_and_leaves_examples_
     assert [item.keys() for item in extra] == [item.keys() for item in before]
 
 
+def test_the_column_check_finds_one_odd_example_anywhere_in_the_batch():
+    from collections import UserDict
+
+    from hf_lightning.data.collate import _plain_dicts_within
+
+    columns = frozenset({"x", "labels"})
+    plain = [{"x": torch.tensor([float(i)]), "labels": torch.tensor(float(i))} for i in range(5)]
+    assert _plain_dicts_within(plain, columns)
+    assert not _plain_dicts_within([], columns)
+    assert not _plain_dicts_within(plain[:4] + [dict(plain[4], idx=4)], columns)  # an extra key, last
+    assert not _plain_dicts_within(plain[:2] + [UserDict(plain[2])] + plain[3:], columns)  # a non-dict mapping
+    odd = plain[:3] + [dict(plain[3], idx=3)] + plain[4:]
+    through_copies = RemoveColumnsCollator(lambda features: default_data_collator(features), list(columns))(odd)
+    batch = RemoveColumnsCollator(default_data_collator, list(columns))(odd)
+    assert batch.keys() == through_copies.keys() == {"x", "labels"}
+    assert all(torch.equal(batch[key], through_copies[key]) for key in batch)
+
+
 def test_train_mode_walk_reaches_shared_and_skips_empty_child_slots():
     calls = []
     model = make_regression_mlp()
@@ -219,6 +237,80 @@ def test_the_lean_profiler_and_epoch_loop_give_the_same_run(tmp_path, monkeypatc
     for a, b in zip(lean.model.parameters(), plain.model.parameters()):
         assert torch.equal(a, b)
     assert lean.lightning_trainer.global_step == plain.lightning_trainer.global_step == lean.state.global_step
+
+
+class RecordsBatchHooks(pl.Callback):
+    """A user's Lightning callback that notes what each batch hook sees, and logs from the batch-start hook."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple] = []
+
+    def _note(self, hook, trainer, pl_module, batch_idx, outputs=None):
+        loop = trainer.fit_loop.epoch_loop
+        self.seen.append((
+            hook, batch_idx, pl_module._current_fx_name, outputs, trainer.current_epoch, trainer.global_step,
+            loop.batch_progress.current.ready, loop.batch_progress.current.completed, loop.batch_progress.is_last_batch,
+        ))
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._note("start", trainer, pl_module, batch_idx)
+        pl_module.log("seen_start", float(batch_idx), on_step=True, on_epoch=False, batch_size=3)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._note("end", trainer, pl_module, batch_idx, outputs)
+
+
+class StopsAnEpochEarly(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 2:
+            control.should_epoch_stop = True
+
+
+def _fit_recorded(tmp_path, lean: bool, monkeypatch):
+    if not lean:
+        monkeypatch.setattr(lean_lightning, "_lean_batch_hooks", lambda trainer: None)
+    recorder = RecordsBatchHooks()
+    torch.manual_seed(0)
+    trainer = HFLightningTrainer(
+        model=make_regression_mlp(),
+        args=_args(tmp_path, logging_steps=1, num_train_epochs=3),
+        train_dataset=regression_data(12),
+        callbacks=[recorder, StopsAnEpochEarly()],
+    )
+    trainer.train()
+    monkeypatch.undo()
+    return trainer, recorder
+
+
+def test_a_batch_without_the_generic_hook_dispatch_is_the_batch_lightning_runs(tmp_path, monkeypatch):
+    lean, lean_recorder = _fit_recorded(tmp_path / "lean", True, monkeypatch)
+    plain, plain_recorder = _fit_recorded(tmp_path / "plain", False, monkeypatch)
+    # The same hooks, in the same order, with the same arguments, progress counters and current hook name.
+    assert lean_recorder.seen == plain_recorder.seen
+    assert [hook[2] for hook in lean_recorder.seen[:2]] == ["on_train_batch_start", "on_train_batch_end"]
+    assert len(lean_recorder.seen) > 2 * lean.state.global_step - 2  # the epoch stopped early; the rest trained
+    lean_loop, plain_loop = lean.lightning_trainer.fit_loop, plain.lightning_trainer.fit_loop
+    assert lean_loop.state_dict() == plain_loop.state_dict()  # every loop's progress, batches_that_stepped
+    assert lean_loop.epoch_loop._batches_that_stepped == plain_loop.epoch_loop._batches_that_stepped > 0
+    assert _without_timings(lean.lightning_trainer.callback_metrics) == _without_timings(
+        plain.lightning_trainer.callback_metrics
+    )
+    assert [log.get("loss") for log in lean.state.log_history] == [log.get("loss") for log in plain.state.log_history]
+    for a, b in zip(lean.model.parameters(), plain.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_the_batch_shortcut_is_taken_only_where_nothing_could_tell(tmp_path):
+    trainer = HFLightningTrainer(model=make_regression_mlp(), args=_args(tmp_path), train_dataset=regression_data(12))
+    trainer.train()
+    lightning_trainer = trainer.lightning_trainer
+    hooks = lean_lightning._lean_batch_hooks(lightning_trainer)
+    assert hooks is not None and hooks.batch_start == hooks.batch_end == []
+    lightning_trainer.callbacks = [*lightning_trainer.callbacks, RecordsBatchHooks()]
+    hooks = lean_lightning._lean_batch_hooks(lightning_trainer)
+    assert [type(c) for c in hooks.batch_start] == [type(c) for c in hooks.batch_end] == [RecordsBatchHooks]
+    lightning_trainer.profiler = PassThroughProfiler()  # not the lean one: Lightning's own path
+    assert lean_lightning._lean_batch_hooks(lightning_trainer) is None
 
 
 def test_a_profiler_the_user_chose_is_kept_and_records_the_hooks(tmp_path):
