@@ -156,7 +156,7 @@ class RemoveColumnsCollator:
 def _plain_dicts_within(features: Sequence[Any], columns: frozenset) -> bool:
     """Whether every example is a plain `dict` whose keys are all in `columns`. Checked with C iterators (`map`
     over `type` and `dict.keys`), not a Python loop: this runs on every batch the loader collates."""
-    if not features or {*map(type, features)} != {dict}:
+    if {*map(type, features)} != {dict}:  # also False for no example at all
         return False
     return all(map(columns.issuperset, map(dict.keys, features)))
 

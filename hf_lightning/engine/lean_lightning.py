@@ -33,6 +33,7 @@ from lightning.pytorch.loops.fetchers import _DataLoaderIterDataFetcher
 from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.model_helpers import is_overridden
 
 __all__ = [
     "LeanPassThroughProfiler",
@@ -82,12 +83,8 @@ class _BatchHooks:
     __slots__ = ("batch_start", "batch_end")
 
     def __init__(self, callbacks: list[pl.Callback]) -> None:
-        self.batch_start = [c for c in callbacks if _overrides(c, "on_train_batch_start")]
-        self.batch_end = [c for c in callbacks if _overrides(c, "on_train_batch_end")]
-
-
-def _overrides(callback: pl.Callback, hook: str) -> bool:
-    return getattr(getattr(callback, hook), "__func__", None) is not getattr(pl.Callback, hook)
+        self.batch_start = [c for c in callbacks if is_overridden("on_train_batch_start", c, pl.Callback)]
+        self.batch_end = [c for c in callbacks if is_overridden("on_train_batch_end", c, pl.Callback)]
 
 
 def _lean_batch_hooks(trainer: pl.Trainer) -> _BatchHooks | None:
