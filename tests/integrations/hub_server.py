@@ -4,8 +4,8 @@ It implements only what huggingface_hub calls for the operations the trainers us
 `create_branch`, `repo_info`, `preupload` (every file "regular", with the remote blob id so unchanged files are
 dropped as on the Hub), `commit` (ndjson, base64 files, file / folder deletions), `validate-yaml`, the tree
 listing and file `resolve` (HEAD and GET). Every commit is recorded (repo, branch, message, files added and
-deleted) so tests can compare two trainers' commit sequences. `gate` (a `threading.Event`) holds every commit
-while it is cleared, which makes "a push is still running" deterministic.
+deleted) so tests can compare two trainers' commit sequences. `gate` (a `threading.Event`) holds every preupload
+and commit while it is cleared, which makes "a push is still running" deterministic.
 """
 
 from __future__ import annotations
@@ -213,6 +213,10 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 return self._send(200, {})
             if action == "preupload" and self.command == "POST":
                 payload = json.loads(self._body())
+                # Held too, so a held push reads its files only once training has ended: otherwise whether the
+                # first commit carries step 1's weights or a later save's (and so whether later pushes find
+                # anything changed) would depend on thread timing.
+                state.gate.wait()
                 with state.lock:
                     repo = self._repo(repo_id, write=True)
                     tree = repo.trees[self._head(repo, rest[1])]
@@ -378,7 +382,8 @@ class WaitForPushes(_Callback):
 class HoldCommitsDuringTraining(_Callback):
     """A callback that clears the server's gate at train begin and sets it at train end.
 
-    The first push then runs until training ends, so every later save finds "a push still running".
+    The first push then waits, before it sends its files, until training ends, so every later save finds "a push
+    still running" and every push sends the files of the last save.
     """
 
     def __init__(self, server: HubServer) -> None:
