@@ -8,6 +8,7 @@ update), ticks the StepClock at the end of every optimizer step and returns the 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -34,9 +35,29 @@ def linear_schedule(optimizer: torch.optim.Optimizer, total_steps: int) -> torch
     )
 
 
+# Parameter names the reference keeps out of weight decay (biases and norms), matched on the lower-cased full name.
+_NO_DECAY_NAME = re.compile(r"bias|layernorm|rmsnorm|(?:^|\.)norm(?:$|\.)|_norm(?:$|\.)")
+
+
+def reference_parameter_groups(model: torch.nn.Module) -> list[dict[str, Any]]:
+    """The reference's two optimizer groups: weight decay on every trainable weight outside a `LayerNorm` whose name
+    names no bias or norm, none on the rest. Both exist with `weight_decay=0.0` too, so each step updates two groups."""
+    norm_modules = [name for name, module in model.named_modules() if isinstance(module, torch.nn.LayerNorm)]
+
+    def decays(name: str) -> bool:
+        in_norm = any(name.startswith(f"{module}.") for module in norm_modules)
+        return not in_norm and _NO_DECAY_NAME.search(name.lower()) is None
+
+    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    return [
+        {"params": [p for name, p in trainable if decays(name)], "weight_decay": ADAM_KWARGS["weight_decay"]},
+        {"params": [p for name, p in trainable if not decays(name)], "weight_decay": 0.0},
+    ]
+
+
 def reference_optimizer(model: torch.nn.Module, learning_rate: float) -> torch.optim.Optimizer:
-    """The reference's default optimizer on torch >= 2.8: `adamw_torch_fused`."""
-    return torch.optim.AdamW(model.parameters(), lr=learning_rate, fused=True, **ADAM_KWARGS)
+    """The reference's default optimizer on torch >= 2.8: `adamw_torch_fused` over its two parameter groups."""
+    return torch.optim.AdamW(reference_parameter_groups(model), lr=learning_rate, fused=True, **ADAM_KWARGS)
 
 
 def _loader(workload: Workload, dataset, sampler: EpochSeededSampler) -> torch.utils.data.DataLoader:
