@@ -12,7 +12,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from hf_lightning.checkpoint.durability import fsync_directory
@@ -216,7 +216,7 @@ _RNG_KEYS = ("python", "numpy", "cpu")
 _SHARDED_MODEL_PREFIXES = ("pytorch_model_fsdp", "global_step")
 
 
-def checkpoint_problem(path: str) -> str | None:
+def checkpoint_problem(path: str, read_next: Collection[str] = ()) -> str | None:
     """Why `path` is not a checkpoint a resume can trust (naming the file and what is wrong), or None.
 
     The files decide, the marker alone does not. Ours (completion marker present): the marker parses, and the
@@ -224,6 +224,8 @@ def checkpoint_problem(path: str) -> str | None:
     marker): weights, optimizer, scheduler, RNG and trainer-state files are all present and load. "Load" is
     cheap: the safetensors header and its byte ranges against the file size, `torch.load(weights_only=True,
     mmap=True)` (tensors mapped, not read), and the trainer state parsed with its step and intervals present.
+    The optimizer, scheduler and scaler files named in `read_next` are only checked for presence: the caller
+    reads them right after with `safe_torch_load`, which refuses a bad one naming it, so they are read once.
     """
     if not os.path.isdir(path):
         return f"{path} is not a folder"
@@ -246,12 +248,12 @@ def checkpoint_problem(path: str) -> str | None:
     for name in (OPTIMIZER_NAME, SCHEDULER_NAME):
         file_path = os.path.join(path, name)
         if os.path.isfile(file_path):
-            problem = _torch_file_problem(file_path)
+            problem = None if name in read_next else _torch_file_problem(file_path)
         elif not ours:
             problem = f"{file_path} is missing"
         if problem is not None:
             return problem
-    if os.path.isfile(os.path.join(path, SCALER_NAME)):
+    if os.path.isfile(os.path.join(path, SCALER_NAME)) and SCALER_NAME not in read_next:
         problem = _torch_file_problem(os.path.join(path, SCALER_NAME))
         if problem is not None:
             return problem

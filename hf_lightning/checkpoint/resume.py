@@ -148,18 +148,22 @@ def prepare_resume(
             f"Can't resume from {checkpoint}: it has no {TRAINER_STATE_NAME}, so the step to continue from is "
             "unknown. Resume from a checkpoint written by Trainer.train(), or start a fresh run."
         )
-    problem = _explicit_checkpoint_problem(checkpoint, weights_required=not (fsdp or deepspeed))
-    if problem is not None:
-        raise ValueError(
-            f"Can't resume from {checkpoint}: {problem}. Resume from another checkpoint "
-            "(resume_from_checkpoint=True takes the newest valid one in output_dir) or start a fresh run."
+    names = _torch_files_to_restore(args, checkpoint, fsdp)
+    if resume_from_checkpoint is not True:  # True chose a checkpoint that passed checkpoint_problem just now
+        problem = _explicit_checkpoint_problem(
+            checkpoint, weights_required=not (fsdp or deepspeed), read_next=names
         )
+        if problem is not None:
+            raise ValueError(_refusal(checkpoint, problem))
     # Every torch file is read (and a bad one refused) before the model is touched.
-    files = ResumeFiles(checkpoint, names=_torch_files_to_restore(args, checkpoint, fsdp))
+    files = ResumeFiles(checkpoint, names=names)
     for name in files.names:
-        files.loaded[name] = files.take(
-            name, _optimizer_map_location(args) if name == OPTIMIZER_NAME else "cpu"
-        )
+        try:
+            files.loaded[name] = files.take(
+                name, _optimizer_map_location(args) if name == OPTIMIZER_NAME else "cpu"
+            )
+        except ValueError as error:  # safe_torch_load's refusal, naming the file
+            raise ValueError(_refusal(checkpoint, str(error))) from error
     position_path = os.path.join(checkpoint, DATASET_POSITION_NAME)
     if os.path.isfile(position_path) and not args.ignore_data_skip:
         files.dataset_position = read_position_record(position_path)
@@ -185,15 +189,23 @@ def _newest_complete_checkpoint(args: Any) -> str:
     return checkpoint
 
 
-def _explicit_checkpoint_problem(checkpoint: str, weights_required: bool) -> str | None:
+def _refusal(checkpoint: str, problem: str) -> str:
+    """The refusal of a checkpoint that `problem` (naming the file) makes unusable, with the way out."""
+    return (
+        f"Can't resume from {checkpoint}: {problem.rstrip('.')}. Resume from another checkpoint "
+        "(resume_from_checkpoint=True takes the newest valid one in output_dir) or start a fresh run."
+    )
+
+
+def _explicit_checkpoint_problem(checkpoint: str, weights_required: bool, read_next: list[str]) -> str | None:
     """What makes an explicitly named checkpoint unusable (the files decide, as for `resume_from_checkpoint=True`).
 
-    A folder with our completion marker gets the full check; any other folder (the reference's, or a
-    `save_only_model` one) is checked for what a resume reads: weights, trainer state and RNG files. The optimizer,
-    scheduler and scaler files are read right after, and a bad one is refused naming it.
+    A folder with our completion marker gets the full check but for the torch files in `read_next`; any other
+    folder (the reference's, or a `save_only_model` one) is checked for what a resume reads: weights, trainer state
+    and RNG files. The optimizer, scheduler and scaler files are read right after, and a bad one is refused naming it.
     """
     if os.path.exists(os.path.join(checkpoint, COMPLETE_MARKER_NAME)):
-        return checkpoint_problem(checkpoint)
+        return checkpoint_problem(checkpoint, read_next=read_next)
     problem = weights_problem(checkpoint) if weights_required else None
     problem = problem or trainer_state_problem(os.path.join(checkpoint, TRAINER_STATE_NAME))
     for name in sorted(os.listdir(checkpoint)):

@@ -183,3 +183,23 @@ def test_training_over_a_damaged_newest_keeps_a_valid_checkpoint(stopped, straig
     remaining = [path for _, path in list_checkpoints(str(stopped))]
     assert remaining == [str(stopped / "checkpoint-6"), str(stopped / "checkpoint-8")]
     assert all(checkpoint_problem(path) is None for path in remaining)
+
+
+@pytest.mark.parametrize("resume, reads", [("explicit", 1), (True, 2)])
+def test_a_resume_reads_the_optimizer_file_once_to_use_it(stopped, monkeypatch, resume, reads):
+    """An explicit path's check leaves the optimizer file to the read that follows (which refuses a bad one naming
+    it: `test_explicit_damaged_checkpoint_is_refused_before_training`); `True` checks each candidate once, then
+    reads the chosen one's: no file is unpickled twice to be checked."""
+    optimizer_reads = []
+    original = torch.load
+
+    def counting_load(file, *args, **kwargs):
+        if os.path.basename(str(file)) == OPTIMIZER_NAME:
+            optimizer_reads.append(str(file))
+        return original(file, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting_load)
+    checkpoint = stopped / "checkpoint-4"
+    resumed = train(stopped, resume=str(checkpoint) if resume == "explicit" else True)
+    assert optimizer_reads == [str(checkpoint / OPTIMIZER_NAME)] * reads
+    assert resumed.state.global_step == 8
