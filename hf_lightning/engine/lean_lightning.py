@@ -17,19 +17,22 @@ saving `_current_fx_name`, and through the manual-optimization loop's `run`. Whe
 Lightning validates nothing and the strategy keeps the no-op `on_train_batch_start`, `advance` runs the same
 steps in the same order, calling only the callbacks that override a batch hook (the base hooks are empty):
 `_lean_batch` below, Lightning 2.6's `_TrainingEpochLoop.advance` and `_ManualOptimization.run` written out
-for that case. Anything else (a restart from a Lightning checkpoint, another profiler, a validating module)
-takes Lightning's own path.
+for that case. On one device with a precision plugin whose training-step context is the base empty one, the
+strategy's `training_step` would only call the module's, so the module's is called (two context managers and
+five property reads fewer per step). Anything else (a restart from a Lightning checkpoint, another profiler, a
+validating module) takes Lightning's own path.
 """
 
 from __future__ import annotations
 
-from contextlib import suppress
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.fabric.plugins.precision import Precision as FabricPrecision
 from lightning.pytorch.loops import _TrainingEpochLoop
 from lightning.pytorch.loops.fetchers import _DataLoaderIterDataFetcher
+from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -78,13 +81,32 @@ def use_lean_profiler(trainer: pl.Trainer) -> None:
 
 
 class _BatchHooks:
-    """The Lightning callbacks overriding `on_train_batch_start` / `on_train_batch_end`, found once per epoch."""
+    """What a lean batch calls, found once per epoch: the Lightning callbacks overriding `on_train_batch_start` /
+    `on_train_batch_end`, and whether the strategy's `training_step` and `post_training_step` can be skipped."""
 
-    __slots__ = ("batch_start", "batch_end")
+    __slots__ = ("batch_start", "batch_end", "module_step_directly", "post_training_step", "many_processes")
 
-    def __init__(self, callbacks: list[pl.Callback]) -> None:
+    def __init__(self, trainer: pl.Trainer) -> None:
+        callbacks = trainer.callbacks
         self.batch_start = [c for c in callbacks if is_overridden("on_train_batch_start", c, pl.Callback)]
         self.batch_end = [c for c in callbacks if is_overridden("on_train_batch_end", c, pl.Callback)]
+        strategy = trainer.strategy
+        self.module_step_directly = _strategy_step_is_module_step(strategy)
+        overrides_post_step = type(strategy).post_training_step is not Strategy.post_training_step
+        self.post_training_step = strategy.post_training_step if overrides_post_step else None
+        self.many_processes = trainer.world_size > 1  # fixed for the fit: one process never broadcasts SIGTERM
+
+
+def _strategy_step_is_module_step(strategy: Strategy) -> bool:
+    """Whether `strategy.training_step(...)` is the module's own `training_step(...)`: Lightning's base method, the
+    module not wrapped (one device) and a precision plugin whose training-step context is its base empty one."""
+    precision = strategy.precision_plugin
+    return (
+        type(strategy).training_step is Strategy.training_step
+        and strategy.model is strategy.lightning_module
+        and type(precision).train_step_context is Precision.train_step_context
+        and type(precision).forward_context is FabricPrecision.forward_context
+    )
 
 
 def _lean_batch_hooks(trainer: pl.Trainer) -> _BatchHooks | None:
@@ -98,7 +120,7 @@ def _lean_batch_hooks(trainer: pl.Trainer) -> _BatchHooks | None:
         or type(trainer.strategy).on_train_batch_start is not Strategy.on_train_batch_start
     ):
         return None
-    return _BatchHooks(trainer.callbacks)
+    return _BatchHooks(trainer)
 
 
 class LeanTrainingEpochLoop(_TrainingEpochLoop):
@@ -122,7 +144,7 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         """Lightning's `advance` for a `dataloader_iter` step under manual optimization, hooks called directly."""
         self.val_loop.restarting = False
         trainer = self.trainer
-        if torch.distributed.is_available() and torch.distributed.is_initialized() and trainer.world_size > 1:
+        if hooks.many_processes and torch.distributed.is_available() and torch.distributed.is_initialized():
             self._broadcast_sigterm_tensor()
         dataloader_iter = next(data_fetcher)
         batch, batch_idx = data_fetcher._batch, data_fetcher._batch_idx
@@ -142,7 +164,7 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
             progress.increment_processed()
             raise StopIteration
         progress.increment_started()
-        batch_output = self._lean_manual_run(trainer, module, dataloader_iter)
+        batch_output = self._lean_manual_run(trainer, module, dataloader_iter, hooks)
         progress.increment_processed()
         batch, batch_idx = data_fetcher._batch, data_fetcher._batch_idx  # the step drew from the iterator
         progress.is_last_batch = data_fetcher.done
@@ -155,18 +177,26 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         progress.increment_completed()
         trainer._logger_connector.update_train_step_metrics()
 
-    def _lean_manual_run(self, trainer: pl.Trainer, module: pl.LightningModule, dataloader_iter: Any) -> Any:
-        """`_ManualOptimization.run` with the strategy's `training_step` called directly."""
+    def _lean_manual_run(
+        self, trainer: pl.Trainer, module: pl.LightningModule, dataloader_iter: Any, hooks: _BatchHooks
+    ) -> Any:
+        """`_ManualOptimization.run` with the strategy's `training_step` called directly, or the module's when the
+        strategy's would only call it (`_strategy_step_is_module_step`)."""
         manual = self.manual_optimization
         manual.on_run_start()
-        with suppress(StopIteration):
-            strategy = trainer.strategy
+        try:
             previous_fx_name = module._current_fx_name
             module._current_fx_name = "training_step"
-            output = strategy.training_step(dataloader_iter)
+            if hooks.module_step_directly:
+                output = module.training_step(dataloader_iter)
+            else:
+                output = trainer.strategy.training_step(dataloader_iter)
             module._current_fx_name = previous_fx_name
-            strategy.post_training_step()
+            if hooks.post_training_step is not None:  # Lightning's base one is empty
+                hooks.post_training_step()
             manual._output = manual.output_result_cls.from_training_step_output(output).asdict()
+        except StopIteration:
+            pass
         manual._restarting = False
         return manual.on_run_end()
 

@@ -79,8 +79,11 @@ class TrainingStepMixin:
         if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
             self.optimizer.train()
         inputs = self._prepare_inputs(inputs)
-        with self.compute_loss_context_manager():
+        if _loss_context_is_empty(self):
             loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+        else:
+            with self.compute_loss_context_manager():
+                loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         del inputs
         if (
             self.plan.module.torch_empty_cache_steps is not None
@@ -303,6 +306,19 @@ class TrainingStepMixin:
 
     def _deactivate_neftune(self) -> None:
         deactivate_neftune(self.model, self.neftune_hook_handle)
+
+
+def _loss_context_is_empty(trainer: TrainingStepMixin) -> bool:
+    """Whether `compute_loss_context_manager()` would be an empty `ExitStack`: neither it nor
+    `autocast_smart_context_manager` is overridden (on the class or the instance), so entering it does nothing."""
+    return (
+        getattr(trainer.compute_loss_context_manager, "__func__", None) is _BASE_LOSS_CONTEXT
+        and getattr(trainer.autocast_smart_context_manager, "__func__", None) is _BASE_AUTOCAST_CONTEXT
+    )
+
+
+_BASE_LOSS_CONTEXT = TrainingStepMixin.compute_loss_context_manager
+_BASE_AUTOCAST_CONTEXT = TrainingStepMixin.autocast_smart_context_manager
 
 
 def ensure_train_mode(model: nn.Module) -> None:

@@ -61,15 +61,20 @@ class UpdateDispatch:
             self._direct = hook_dispatch_is_idle(trainer)
         return self._direct
 
+    def _is_direct(self, module: pl.LightningModule) -> bool:
+        # The decision once made, without reading `module.trainer` (a checked property) on every step.
+        direct = self._direct
+        return self.direct(module.trainer) if direct is None else direct
+
     def backward(self, module: pl.LightningModule, loss: torch.Tensor) -> None:
-        if self.direct(module.trainer):
+        if self._is_direct(module):
             loss.backward()
         else:
             module.manual_backward(loss)
 
     def optimizer_step(self, module: pl.LightningModule, optimizer: Any) -> None:
         """`optimizer` is the `LightningOptimizer` of `module.optimizers()`."""
-        if self.direct(module.trainer):
+        if self._is_direct(module):
             # What `LightningOptimizer.step` does around the strategy's step: the manual loop's progress hooks.
             optimizer._on_before_step()
             optimizer.optimizer.step()

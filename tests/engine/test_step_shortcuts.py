@@ -3,12 +3,14 @@ profiler and epoch loop, device moves."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.loops import _TrainingEpochLoop
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from lightning.pytorch.profilers import PassThroughProfiler
 from torch import nn
 
@@ -311,6 +313,84 @@ def test_the_batch_shortcut_is_taken_only_where_nothing_could_tell(tmp_path):
     assert [type(c) for c in hooks.batch_start] == [type(c) for c in hooks.batch_end] == [RecordsBatchHooks]
     lightning_trainer.profiler = PassThroughProfiler()  # not the lean one: Lightning's own path
     assert lean_lightning._lean_batch_hooks(lightning_trainer) is None
+
+
+class CountsTrainStepContexts(Precision):
+    """A precision plugin with its own training-step context: Lightning's strategy must enter it every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = 0
+
+    @contextlib.contextmanager
+    def train_step_context(self):
+        self.entered += 1
+        with super().train_step_context():
+            yield
+
+
+class UsesPrecision(pl.Callback):
+    def __init__(self, precision: Precision) -> None:
+        self.precision = precision
+
+    def setup(self, trainer, pl_module, stage):
+        trainer.strategy.precision_plugin = self.precision
+
+
+def test_the_strategy_step_is_skipped_only_when_it_would_just_call_the_module(tmp_path):
+    base, counting = Precision(), CountsTrainStepContexts()
+    for precision in (base, counting):
+        trainer = HFLightningTrainer(
+            model=make_regression_mlp(), args=_args(tmp_path), train_dataset=regression_data(12),
+            callbacks=[UsesPrecision(precision)],
+        )
+        trainer.train()
+        hooks = lean_lightning._lean_batch_hooks(trainer.lightning_trainer)
+        assert hooks.module_step_directly is (precision is base)
+    assert counting.entered == trainer.state.global_step == 8  # 2 epochs of 4 updates, each through the strategy
+    strategy = trainer.lightning_trainer.strategy
+    strategy.precision_plugin = MixedPrecision("bf16-mixed", "cpu")  # an autocast forward context
+    assert not lean_lightning._strategy_step_is_module_step(strategy)
+    strategy.precision_plugin = Precision()
+    assert lean_lightning._strategy_step_is_module_step(strategy)
+    assert lean_lightning._lean_batch_hooks(trainer.lightning_trainer).post_training_step is None
+
+    class PostStepStrategy(type(strategy)):
+        def post_training_step(self) -> None:
+            pass
+
+    strategy.__class__ = PostStepStrategy
+    hooks = lean_lightning._lean_batch_hooks(trainer.lightning_trainer)
+    assert hooks.module_step_directly and hooks.post_training_step == strategy.post_training_step
+
+
+class CountsLossContexts(HFLightningTrainer):
+    def compute_loss_context_manager(self):
+        self.loss_contexts = getattr(self, "loss_contexts", 0) + 1
+        return super().compute_loss_context_manager()
+
+
+class CountsAutocastContexts(HFLightningTrainer):
+    def autocast_smart_context_manager(self, cache_enabled=True):
+        self.autocast_contexts = getattr(self, "autocast_contexts", 0) + 1
+        return contextlib.nullcontext()
+
+
+def test_an_overridden_loss_context_is_entered_for_every_micro_batch(tmp_path):
+    args = _args(tmp_path, gradient_accumulation_steps=2)  # 2 epochs of 4 micro-batches
+    by_class = CountsLossContexts(model=make_regression_mlp(), args=args, train_dataset=regression_data(12))
+    by_class.train()
+    autocast = CountsAutocastContexts(model=make_regression_mlp(), args=args, train_dataset=regression_data(12))
+    autocast.train()
+    by_instance = HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(12))
+    entered = []
+    by_instance.compute_loss_context_manager = lambda: entered.append(1) or contextlib.nullcontext()
+    by_instance.train()
+    assert by_class.loss_contexts == autocast.autocast_contexts == len(entered) == 8
+    plain = HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(12))
+    plain.train()
+    for a, b in zip(plain.model.parameters(), by_class.model.parameters()):
+        assert torch.equal(a, b)  # an empty context skipped or entered: the same training
 
 
 def test_a_profiler_the_user_chose_is_kept_and_records_the_hooks(tmp_path):
