@@ -17,14 +17,15 @@ saving `_current_fx_name`, and through the manual-optimization loop's `run`. Whe
 Lightning validates nothing and the strategy keeps the no-op `on_train_batch_start`, `advance` runs the same
 steps in the same order, calling only the callbacks that override a batch hook (the base hooks are empty):
 `_lean_batch` below, Lightning 2.6's `_TrainingEpochLoop.advance` and `_ManualOptimization.run` written out
-for that case. On one device with a precision plugin whose training-step context is the base empty one, the
-strategy's `training_step` would only call the module's, so the module's is called (two context managers and
-five property reads fewer per step). Anything else (a restart from a Lightning checkpoint, another profiler, a
+for that case. With the module unwrapped and a precision plugin whose training-step context is the base empty
+one, the strategy's `training_step` would only call the module's, so the module's is called (two context managers
+and five property reads fewer per step). Anything else (a restart from a Lightning checkpoint, another profiler, a
 validating module) takes Lightning's own path.
 """
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any
 
 import lightning.pytorch as pl
@@ -92,20 +93,32 @@ class _BatchHooks:
         self.batch_end = [c for c in callbacks if is_overridden("on_train_batch_end", c, pl.Callback)]
         strategy = trainer.strategy
         self.module_step_directly = _strategy_step_is_module_step(strategy)
-        overrides_post_step = type(strategy).post_training_step is not Strategy.post_training_step
-        self.post_training_step = strategy.post_training_step if overrides_post_step else None
+        post_step = strategy.post_training_step
+        self.post_training_step = None if _is_base(post_step, _BASE_POST_TRAINING_STEP) else post_step
         self.many_processes = trainer.world_size > 1  # fixed for the fit: one process never broadcasts SIGTERM
+
+
+# Lightning's base methods as this module found them: an override on a class or an instance, or a class-level
+# patch made later, is then told apart from them.
+_BASE_TRAINING_STEP = Strategy.training_step
+_BASE_POST_TRAINING_STEP = Strategy.post_training_step
+_BASE_TRAIN_STEP_CONTEXT = Precision.train_step_context
+_BASE_FORWARD_CONTEXT = FabricPrecision.forward_context
+
+
+def _is_base(bound_method: Any, base_function: Any) -> bool:
+    return getattr(bound_method, "__func__", None) is base_function
 
 
 def _strategy_step_is_module_step(strategy: Strategy) -> bool:
     """Whether `strategy.training_step(...)` is the module's own `training_step(...)`: Lightning's base method, the
-    module not wrapped (one device) and a precision plugin whose training-step context is its base empty one."""
+    module not wrapped and a precision plugin whose training-step context is its base empty one."""
     precision = strategy.precision_plugin
     return (
-        type(strategy).training_step is Strategy.training_step
+        _is_base(strategy.training_step, _BASE_TRAINING_STEP)
         and strategy.model is strategy.lightning_module
-        and type(precision).train_step_context is Precision.train_step_context
-        and type(precision).forward_context is FabricPrecision.forward_context
+        and _is_base(precision.train_step_context, _BASE_TRAIN_STEP_CONTEXT)
+        and _is_base(precision.forward_context, _BASE_FORWARD_CONTEXT)
     )
 
 
@@ -184,7 +197,7 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
         strategy's would only call it (`_strategy_step_is_module_step`)."""
         manual = self.manual_optimization
         manual.on_run_start()
-        try:
+        with suppress(StopIteration):
             previous_fx_name = module._current_fx_name
             module._current_fx_name = "training_step"
             if hooks.module_step_directly:
@@ -195,8 +208,6 @@ class LeanTrainingEpochLoop(_TrainingEpochLoop):
             if hooks.post_training_step is not None:  # Lightning's base one is empty
                 hooks.post_training_step()
             manual._output = manual.output_result_cls.from_training_step_output(output).asdict()
-        except StopIteration:
-            pass
         manual._restarting = False
         return manual.on_run_end()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import sys
 
 import lightning.pytorch as pl
 import torch
@@ -12,6 +13,7 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.loops import _TrainingEpochLoop
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from lightning.pytorch.profilers import PassThroughProfiler
+from lightning.pytorch.strategies import Strategy
 from torch import nn
 
 import hf_lightning.engine.lean_lightning as lean_lightning
@@ -330,38 +332,62 @@ class CountsTrainStepContexts(Precision):
 
 
 class UsesPrecision(pl.Callback):
+    """Sets the run's precision plugin, and counts the strategy's `post_training_step` calls (an instance override)."""
+
     def __init__(self, precision: Precision) -> None:
         self.precision = precision
+        self.post_steps = 0
 
     def setup(self, trainer, pl_module, stage):
         trainer.strategy.precision_plugin = self.precision
+        trainer.strategy.post_training_step = self._count_post_step
+
+    def _count_post_step(self) -> None:
+        self.post_steps += 1
+
+
+class NotesTheCallStack(HFLightningTrainer):
+    """Notes, on every micro-batch, whether Lightning's `Strategy.training_step` is on the call stack."""
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        frame, codes = sys._getframe(), set()
+        while frame is not None:
+            codes.add(frame.f_code)
+            frame = frame.f_back
+        self.through_strategy = [*getattr(self, "through_strategy", []), Strategy.training_step.__code__ in codes]
+        return super().training_step(model, inputs, num_items_in_batch)
 
 
 def test_the_strategy_step_is_skipped_only_when_it_would_just_call_the_module(tmp_path):
     base, counting = Precision(), CountsTrainStepContexts()
+    runs = {}
     for precision in (base, counting):
-        trainer = HFLightningTrainer(
-            model=make_regression_mlp(), args=_args(tmp_path), train_dataset=regression_data(12),
-            callbacks=[UsesPrecision(precision)],
+        uses = UsesPrecision(precision)
+        trainer = NotesTheCallStack(
+            model=make_regression_mlp(), args=_args(tmp_path), train_dataset=regression_data(12), callbacks=[uses],
         )
         trainer.train()
-        hooks = lean_lightning._lean_batch_hooks(trainer.lightning_trainer)
-        assert hooks.module_step_directly is (precision is base)
-    assert counting.entered == trainer.state.global_step == 8  # 2 epochs of 4 updates, each through the strategy
-    strategy = trainer.lightning_trainer.strategy
+        runs[precision] = trainer
+        assert uses.post_steps == trainer.state.global_step == 8  # an overriding post_training_step runs every step
+    assert runs[base].through_strategy == [False] * 8  # the module's step, called directly
+    assert runs[counting].through_strategy == [True] * 8
+    assert counting.entered == 8  # the plugin's own context, entered by the strategy on every step
+    for a, b in zip(runs[base].model.parameters(), runs[counting].model.parameters()):
+        assert torch.equal(a, b)
+    strategy = runs[base].lightning_trainer.strategy
+    assert lean_lightning._strategy_step_is_module_step(strategy)
     strategy.precision_plugin = MixedPrecision("bf16-mixed", "cpu")  # an autocast forward context
     assert not lean_lightning._strategy_step_is_module_step(strategy)
     strategy.precision_plugin = Precision()
+    strategy.model = nn.Sequential(strategy.lightning_module)  # a wrapped module (DDP's place)
+    assert not lean_lightning._strategy_step_is_module_step(strategy)
+    strategy.model = None
+    strategy.training_step = lambda *args, **kwargs: None  # an instance override
+    assert not lean_lightning._strategy_step_is_module_step(strategy)
+    del strategy.training_step
     assert lean_lightning._strategy_step_is_module_step(strategy)
-    assert lean_lightning._lean_batch_hooks(trainer.lightning_trainer).post_training_step is None
-
-    class PostStepStrategy(type(strategy)):
-        def post_training_step(self) -> None:
-            pass
-
-    strategy.__class__ = PostStepStrategy
-    hooks = lean_lightning._lean_batch_hooks(trainer.lightning_trainer)
-    assert hooks.module_step_directly and hooks.post_training_step == strategy.post_training_step
+    del strategy.post_training_step
+    assert lean_lightning._lean_batch_hooks(runs[base].lightning_trainer).post_training_step is None
 
 
 class CountsLossContexts(HFLightningTrainer):
