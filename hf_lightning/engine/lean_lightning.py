@@ -39,6 +39,8 @@ from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
+from hf_lightning.engine.overrides import is_base_method
+
 __all__ = [
     "LeanPassThroughProfiler",
     "LeanTrainingEpochLoop",
@@ -94,7 +96,7 @@ class _BatchHooks:
         strategy = trainer.strategy
         self.module_step_directly = _strategy_step_is_module_step(strategy)
         post_step = strategy.post_training_step
-        self.post_training_step = None if _is_base(post_step, _BASE_POST_TRAINING_STEP) else post_step
+        self.post_training_step = None if is_base_method(post_step, _BASE_POST_TRAINING_STEP) else post_step
         self.many_processes = trainer.world_size > 1  # fixed for the fit: one process never broadcasts SIGTERM
 
 
@@ -106,19 +108,15 @@ _BASE_TRAIN_STEP_CONTEXT = Precision.train_step_context
 _BASE_FORWARD_CONTEXT = FabricPrecision.forward_context
 
 
-def _is_base(bound_method: Any, base_function: Any) -> bool:
-    return getattr(bound_method, "__func__", None) is base_function
-
-
 def _strategy_step_is_module_step(strategy: Strategy) -> bool:
     """Whether `strategy.training_step(...)` is the module's own `training_step(...)`: Lightning's base method, the
     module not wrapped and a precision plugin whose training-step context is its base empty one."""
     precision = strategy.precision_plugin
     return (
-        _is_base(strategy.training_step, _BASE_TRAINING_STEP)
+        is_base_method(strategy.training_step, _BASE_TRAINING_STEP)
         and strategy.model is strategy.lightning_module
-        and _is_base(precision.train_step_context, _BASE_TRAIN_STEP_CONTEXT)
-        and _is_base(precision.forward_context, _BASE_FORWARD_CONTEXT)
+        and is_base_method(precision.train_step_context, _BASE_TRAIN_STEP_CONTEXT)
+        and is_base_method(precision.forward_context, _BASE_FORWARD_CONTEXT)
     )
 
 

@@ -24,6 +24,7 @@ from hf_lightning.engine.loss import (
     extract_loss,
     is_causal_lm_class,
 )
+from hf_lightning.engine.overrides import is_base_method
 from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.logger_adapters import publish_logs, publish_logs_before_training
 from hf_lightning.strategies.fsdp.policies import fsdp1_clip_grad_norm, is_fsdp1_model
@@ -311,9 +312,8 @@ class TrainingStepMixin:
 def _loss_context_is_empty(trainer: TrainingStepMixin) -> bool:
     """Whether `compute_loss_context_manager()` would be an empty `ExitStack`: neither it nor
     `autocast_smart_context_manager` is overridden (on the class or the instance), so entering it does nothing."""
-    return (
-        getattr(trainer.compute_loss_context_manager, "__func__", None) is _BASE_LOSS_CONTEXT
-        and getattr(trainer.autocast_smart_context_manager, "__func__", None) is _BASE_AUTOCAST_CONTEXT
+    return is_base_method(trainer.compute_loss_context_manager, _BASE_LOSS_CONTEXT) and is_base_method(
+        trainer.autocast_smart_context_manager, _BASE_AUTOCAST_CONTEXT
     )
 
 

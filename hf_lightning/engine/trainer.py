@@ -46,6 +46,7 @@ from hf_lightning.engine.loss import (
 )
 from hf_lightning.engine.memory import TrainerMemoryTracker
 from hf_lightning.engine.outputs import TrainOutput
+from hf_lightning.engine.overrides import is_base_method
 from hf_lightning.engine.seeding import seed_from_args
 from hf_lightning.engine.step_methods import TrainingStepMixin
 from hf_lightning.evaluation.helpers import deepspeed_input_dtype
@@ -505,7 +506,7 @@ class HFLightningTrainer(
         if (
             type(inputs) is dict
             and not self.is_deepspeed_enabled
-            and getattr(self._prepare_input, "__func__", None) is HFLightningTrainer._prepare_input
+            and is_base_method(self._prepare_input, HFLightningTrainer._prepare_input)
         ):
             # `_prepare_input`'s result, its recursion unrolled for a plain dict (every micro-batch comes here).
             device = self.args.device
