@@ -19,6 +19,7 @@ import logging
 import os
 import random
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,7 +198,9 @@ def _refusal(checkpoint: str, problem: str) -> str:
     )
 
 
-def _explicit_checkpoint_problem(checkpoint: str, weights_required: bool, read_next: list[str]) -> str | None:
+def _explicit_checkpoint_problem(
+    checkpoint: str, weights_required: bool, read_next: Collection[str]
+) -> str | None:
     """What makes an explicitly named checkpoint unusable (the files decide, as for `resume_from_checkpoint=True`).
 
     A folder with our completion marker gets the full check but for the torch files in `read_next`; any other
