@@ -3,11 +3,13 @@
     python benchmarks/step_floor.py                 # tiny, 4 repeats of 2,000 steps
     python benchmarks/step_floor.py --repeats 6 --steps 3000
 
-Three runners, interleaved in fresh processes pinned to one core with one thread: the hand-written loop, the
-`floor` (the engine running the hand loop's update as its `training_step`: the batch drawn through Lightning's
-fetcher and the engine's iterator, forward, backward, clip, optimizer and scheduler step, zero_grad, the step-end
-event; none of the reference's bookkeeping) and hf_lightning. `floor / hand` is what Lightning's loop and the
-engine's data path cost on their own; `hf_lightning / floor` is what the reference's semantics add on top.
+Four runners, interleaved in fresh processes pinned to one core with one thread: the hand-written loop,
+`lightning_manual` (a bare LightningModule under manual optimization whose `training_step` is the hand loop's update
+in plain torch calls, on Lightning's own loop: what running on Lightning costs before any engine), the `floor` (the
+engine running the hand loop's update as its `training_step`: the batch drawn through Lightning's fetcher and the
+engine's iterator, forward, backward, clip, optimizer and scheduler step, zero_grad, the step-end event; none of the
+reference's bookkeeping) and hf_lightning. `floor / hand` is what the engine's loop and data path cost on their own;
+`hf_lightning / floor` is what the reference's semantics add on top.
 """
 
 from __future__ import annotations
@@ -28,10 +30,17 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.timing import StepClock  # noqa: E402
-from benchmarks.train_runners import run_hand, run_hf_lightning  # noqa: E402
-from benchmarks.workloads import Workload, build_workload  # noqa: E402
+from benchmarks.train_runners import (  # noqa: E402
+    MAX_GRAD_NORM,
+    bare_lightning_options,
+    linear_schedule,
+    reference_optimizer,
+    run_hand,
+    run_hf_lightning,
+)
+from benchmarks.workloads import EpochSeededSampler, Workload, build_workload, probe_loss  # noqa: E402
 
-RUNNERS = ("hand", "floor", "hf_lightning")
+RUNNERS = ("hand", "lightning_manual", "floor", "hf_lightning")
 
 
 def _hand_update_as_training_step(module: Any, dataloader_iter: Iterator) -> None:
@@ -77,7 +86,53 @@ def run_floor(workload: Workload, clock: StepClock, output_dir: str) -> dict[str
         return run_hf_lightning(workload, clock, output_dir)
 
 
-_RUN = {"hand": run_hand, "floor": run_floor, "hf_lightning": run_hf_lightning}
+def run_lightning_manual(workload: Workload, clock: StepClock, output_dir: str) -> dict[str, Any]:
+    """Lightning's own loop with the hand loop's update as a manual-optimization `training_step`, no engine."""
+    import lightning.pytorch as pl
+    import torch
+
+    from benchmarks.train_runners import _loader
+
+    if workload.grad_accum != 1 or workload.passes_num_items:
+        raise ValueError(f"lightning_manual runs one batch per update without item counts, not {workload.name!r}")
+    clock.imports_done()
+
+    class HandUpdate(pl.LightningModule):
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+            self.automatic_optimization = False
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            self.optimizer = reference_optimizer(self.model, workload.learning_rate)
+            self.scheduler = linear_schedule(self.optimizer, workload.max_steps)
+            return self.optimizer
+
+        def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+            self.model(**batch)["loss"].backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), MAX_GRAD_NORM)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.model.zero_grad()
+            clock.tick()
+
+        def on_train_batch_end(self, *args: Any) -> None:
+            if len(clock.wall) >= workload.max_steps:  # manual steps leave Lightning's max_steps counter alone
+                self.trainer.should_stop = True
+
+    dataset = workload.train_dataset()
+    module = HandUpdate(workload.seeded_model())
+    trainer = pl.Trainer(**bare_lightning_options(output_dir))
+    trainer.fit(module, train_dataloaders=_loader(workload, dataset, EpochSeededSampler(len(dataset))))
+    return {"final_loss": probe_loss(module.model, workload)}
+
+
+_RUN = {
+    "hand": run_hand,
+    "lightning_manual": run_lightning_manual,
+    "floor": run_floor,
+    "hf_lightning": run_hf_lightning,
+}
 
 
 def child(runner: str, steps: int) -> dict[str, Any]:
@@ -121,15 +176,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"{runner} ran {result['steps']} steps, not {options.steps}")
             times[runner].append(result["ms_per_step"])
             losses[runner] = result["final_loss"]
-    if len(set(losses.values())) != 1:  # the three do the same arithmetic on the same batches
+    if len(set(losses.values())) != 1:  # the four do the same arithmetic on the same batches
         raise RuntimeError(f"the runners' final losses differ, so they did not train alike: {losses}")
     median = {runner: statistics.median(values) for runner, values in times.items()}
     for runner in RUNNERS:
         spread = f"{min(times[runner]):.3f}-{max(times[runner]):.3f}"
         print(f"{runner:>12}: {median[runner]:.3f} ms/step ({spread})  final loss {losses[runner]:.6f}")
     hand, floor, ours = median["hand"], median["floor"], median["hf_lightning"]
-    print(f"floor / hand {floor / hand:.3f}   hf_lightning / hand {ours / hand:.3f}   "
-          f"hf_lightning / floor {ours / floor:.3f}")
+    print(f"lightning_manual / hand {median['lightning_manual'] / hand:.3f}   floor / hand {floor / hand:.3f}   "
+          f"hf_lightning / hand {ours / hand:.3f}   hf_lightning / floor {ours / floor:.3f}")
     print(f"share of hf_lightning's overhead over the hand loop that is the floor: {(floor - hand) / (ours - hand):.2f}")
     return 0
 

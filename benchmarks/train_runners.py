@@ -153,6 +153,23 @@ def run_hf_lightning(workload: Workload, clock: StepClock, output_dir: str) -> d
 
 
 # ---- bare Lightning --------------------------------------------------------------------------------------
+def bare_lightning_options(output_dir: str) -> dict[str, Any]:
+    """`lightning.pytorch.Trainer` options for a bare run on one CPU: no logger, checkpoint, progress bar,
+    summary or validation, epochs unbounded (the runner stops it), so only the training loop is timed."""
+    return {
+        "accelerator": "cpu",
+        "devices": 1,
+        "max_epochs": -1,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "num_sanity_val_steps": 0,
+        "limit_val_batches": 0,
+        "default_root_dir": output_dir,
+    }
+
+
 def run_lightning(workload: Workload, clock: StepClock, output_dir: str) -> dict[str, Any]:
     """A plain LightningModule with automatic optimization: same model, optimizer, schedule and clipping."""
     import lightning.pytorch as pl
@@ -195,20 +212,11 @@ def run_lightning(workload: Workload, clock: StepClock, output_dir: str) -> dict
         )
     module = BareModule(workload.seeded_model(), counts)
     trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
         max_steps=workload.max_steps,
-        max_epochs=-1,
         accumulate_grad_batches=workload.grad_accum,
         gradient_clip_val=MAX_GRAD_NORM,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-        default_root_dir=output_dir,
         callbacks=[StepEnd()],
+        **bare_lightning_options(output_dir),
     )
     trainer.fit(module, train_dataloaders=_loader(workload, dataset, EpochSeededSampler(len(dataset))))
     return {"final_loss": probe_loss(module.model, workload)}
