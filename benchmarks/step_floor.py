@@ -37,6 +37,7 @@ from benchmarks.train_runners import (  # noqa: E402
     reference_optimizer,
     run_hand,
     run_hf_lightning,
+    training_loader,
 )
 from benchmarks.workloads import EpochSeededSampler, Workload, build_workload, probe_loss  # noqa: E402
 
@@ -91,8 +92,6 @@ def run_lightning_manual(workload: Workload, clock: StepClock, output_dir: str) 
     import lightning.pytorch as pl
     import torch
 
-    from benchmarks.train_runners import _loader
-
     if workload.grad_accum != 1 or workload.passes_num_items:
         raise ValueError(f"lightning_manual runs one batch per update without item counts, not {workload.name!r}")
     clock.imports_done()
@@ -123,7 +122,7 @@ def run_lightning_manual(workload: Workload, clock: StepClock, output_dir: str) 
     dataset = workload.train_dataset()
     module = HandUpdate(workload.seeded_model())
     trainer = pl.Trainer(**bare_lightning_options(output_dir))
-    trainer.fit(module, train_dataloaders=_loader(workload, dataset, EpochSeededSampler(len(dataset))))
+    trainer.fit(module, train_dataloaders=training_loader(workload, dataset, EpochSeededSampler(len(dataset))))
     return {"final_loss": probe_loss(module.model, workload)}
 
 

@@ -60,7 +60,8 @@ def reference_optimizer(model: torch.nn.Module, learning_rate: float) -> torch.o
     return torch.optim.AdamW(reference_parameter_groups(model), lr=learning_rate, fused=True, **ADAM_KWARGS)
 
 
-def _loader(workload: Workload, dataset, sampler: EpochSeededSampler) -> torch.utils.data.DataLoader:
+def training_loader(workload: Workload, dataset, sampler: EpochSeededSampler) -> torch.utils.data.DataLoader:
+    """The hand-built runners' DataLoader: the workload's batch size, the shared sampler, stacked examples."""
     return torch.utils.data.DataLoader(
         dataset, batch_size=workload.batch_size, sampler=sampler, collate_fn=stack_collate
     )
@@ -78,7 +79,7 @@ def train_by_hand(workload: Workload, clock: StepClock) -> tuple[torch.nn.Module
     model.train()
     dataset = workload.train_dataset()
     sampler = EpochSeededSampler(len(dataset))
-    loader = _loader(workload, dataset, sampler)
+    loader = training_loader(workload, dataset, sampler)
     optimizer = reference_optimizer(model, workload.learning_rate)
     scheduler = linear_schedule(optimizer, workload.max_steps)
     step = 0
@@ -218,7 +219,7 @@ def run_lightning(workload: Workload, clock: StepClock, output_dir: str) -> dict
         callbacks=[StepEnd()],
         **bare_lightning_options(output_dir),
     )
-    trainer.fit(module, train_dataloaders=_loader(workload, dataset, EpochSeededSampler(len(dataset))))
+    trainer.fit(module, train_dataloaders=training_loader(workload, dataset, EpochSeededSampler(len(dataset))))
     return {"final_loss": probe_loss(module.model, workload)}
 
 
