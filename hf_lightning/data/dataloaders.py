@@ -220,7 +220,8 @@ def one_batch_ahead(
 
 class _SkipFirst:
     """Iterate `sampler` without its first `skip` elements (indices or index lists), once: the skip is spent
-    by the first iteration."""
+    when the first element is drawn, not by `iter()`. torch's multi-worker iterator calls `iter()` twice while it
+    is created (its base `__init__`, then `_reset`) and draws only from the second."""
 
     def __init__(self, sampler: Any, skip: int) -> None:
         self.sampler = sampler
@@ -228,7 +229,7 @@ class _SkipFirst:
 
     def __iter__(self) -> Iterator[Any]:
         skip, self.skip = self.skip, 0
-        return itertools.islice(iter(self.sampler), skip, None)
+        yield from itertools.islice(iter(self.sampler), skip, None)
 
     def __len__(self) -> int:
         return max(len(self.sampler) - self.skip, 0)

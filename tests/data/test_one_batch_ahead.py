@@ -36,3 +36,16 @@ def test_the_train_loader_counts_only_completed_iterations_and_reads_its_skip_wh
     next(partial)
     assert loader.iteration == 1  # not completed
     assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3], [4, 5]] and loader.iteration == 2
+
+
+def test_a_resume_skip_holds_with_worker_processes_and_is_spent_by_one_epoch():
+    """torch's multi-worker iterator iterates the index sampler twice when it is created (once in its base
+    `__init__`, once in `_reset`): the skip must survive the first, unused iteration, and a persistent-worker
+    iterator must not repeat it in the next epoch."""
+    for persistent in (False, True):
+        loader = HFDataLoader(list(range(8)), batch_size=2, num_workers=2, persistent_workers=persistent)
+        loader.skip_first_batches_once(2)
+        assert [batch.tolist() for batch in loader] == [[4, 5], [6, 7]]
+        assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+        loader.skip_first_batches_once(1)
+        assert [batch.tolist() for batch in loader] == [[2, 3], [4, 5], [6, 7]]

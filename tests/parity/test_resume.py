@@ -205,12 +205,15 @@ def indexed_data(n: int) -> ListDataset:
 R210 = dict(num_train_epochs=2, save_steps=3, seed=42)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("library", ["ours", "reference"])
-def test_resume_sees_exactly_the_unseen_batches(tmp_path, library):
-    """R2.10: 8 items, batch 2, 2 epochs, resume from checkpoint-3: batches 4..8 of the uninterrupted run."""
+def test_resume_sees_exactly_the_unseen_batches(tmp_path, library, workers):
+    """R2.10: 8 items, batch 2, 2 epochs, resume from checkpoint-3: batches 4..8 of the uninterrupted run, also
+    when worker processes load the data (torch's multi-worker iterator iterates the sampler twice)."""
     dataset = indexed_data(8)
-    straight = train(library, tmp_path / "a", dataset, make_model=IndexRecordingModel, **R210)
-    train(library, tmp_path / "b", dataset, stop_at=3, make_model=IndexRecordingModel, **R210)
+    settings = dict(R210, dataloader_num_workers=workers)
+    straight = train(library, tmp_path / "a", dataset, make_model=IndexRecordingModel, **settings)
+    train(library, tmp_path / "b", dataset, stop_at=3, make_model=IndexRecordingModel, **settings)
     resumed = train(
         library,
         tmp_path / "b",
@@ -218,7 +221,7 @@ def test_resume_sees_exactly_the_unseen_batches(tmp_path, library):
         resume=str(tmp_path / "b" / "checkpoint-3"),
         make_model=IndexRecordingModel,
         model_seed=7,
-        **R210,
+        **settings,
     )
     assert resumed.trainer.model.seen == straight.trainer.model.seen[3:]
     # The order measured on the reference for this fixture (seed 42).
