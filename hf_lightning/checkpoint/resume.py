@@ -168,8 +168,8 @@ def prepare_resume(
     position_path = os.path.join(checkpoint, DATASET_POSITION_NAME)
     if os.path.isfile(position_path) and not args.ignore_data_skip:
         files.dataset_position = read_position_record(position_path)
-    if not (fsdp or deepspeed):
-        _load_model_weights(trainer, checkpoint, weights_files)
+    if not (fsdp or deepspeed):  # as the reference: FSDP loads once the model is wrapped, DeepSpeed never here
+        trainer._load_from_checkpoint(checkpoint)
     if args.auto_find_batch_size:
         saved_batch_size = TrainerState.load_from_json(state_path).train_batch_size
         if saved_batch_size is not None:
@@ -217,14 +217,17 @@ def _explicit_checkpoint_problem(
     return problem
 
 
-def _load_model_weights(trainer: TrainerLike, checkpoint: str, present: list[str]) -> None:
+def load_model_weights(trainer: TrainerLike, checkpoint: str, model: Any) -> None:
     """The reference's `_load_from_checkpoint` for a single-process / DDP model: non-strict load from CPU.
 
-    Not used under FSDP or DeepSpeed, whose strategies load the checkpoint into the wrapped model at train start.
+    Called through the facade's `_load_from_checkpoint` (a subclass's override replaces it); FSDP loads the
+    checkpoint into the wrapped model at train start, DeepSpeed's engine loads its own.
     """
     logger.info(f"Loading model from {checkpoint}.")
     _warn_on_version_mismatch(checkpoint)
-    model = trainer.model
+    present = [name for name in _WEIGHTS_FILES if os.path.isfile(os.path.join(checkpoint, name))]
+    if not present:
+        raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
     whole_file = SAFE_WEIGHTS_NAME in present or WEIGHTS_NAME in present
     adapter_only = not whole_file and set(present) <= {ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME}
     if adapter_only:

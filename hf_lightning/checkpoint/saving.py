@@ -48,10 +48,13 @@ from hf_lightning.checkpoint.files import (
 )
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
 from hf_lightning.checkpoint.output_folder import apply_umask, write_failure
+from hf_lightning.checkpoint.resume import load_model_weights
 from hf_lightning.checkpoint.save_imports import deepspeed_probe_skipped_while_unloaded
 from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, write_position_record
 from hf_lightning.data.model_inputs import is_peft_model
 from hf_lightning.strategies.distributed import barrier
+from hf_lightning.strategies.fsdp.checkpoint import load_fsdp_model
+from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
 
 logger = logging.getLogger(__name__)
 
@@ -450,6 +453,18 @@ class CheckpointMixin(MetricsIOMixin):
             return
         load_result = model.load_state_dict(state_dict, False)
         self._issue_warnings_after_load(load_result)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        """Load the model weights of the checkpoint folder `resume_from_checkpoint` (non-strict, as the reference).
+
+        The reference's override point: a resume calls it before training, or under FSDP with the wrapped model
+        once the strategy has built it (`strategies/fsdp/checkpoint.py`); a subclass may load its own layout.
+        """
+        if is_fsdp_plan(self.plan):
+            logger.info(f"Loading model from {resume_from_checkpoint}.")
+            load_fsdp_model(self, resume_from_checkpoint)
+        else:
+            load_model_weights(self, resume_from_checkpoint, self.model if model is None else model)
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         """Warn about missing / unexpected keys; re-tie weights when only the keys ignored at save are missing."""

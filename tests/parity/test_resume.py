@@ -74,11 +74,15 @@ def train(
     resume: Any = None,
     model_seed: int = 0,
     make_model=tiny_bert_with_dropout,
+    mixin: type | None = None,
     **settings,
 ) -> Run:
-    """One run under `library` ("ours" / "reference"); B runs use another `model_seed` to prove the weights load."""
+    """One run under `library` ("ours" / "reference"); B runs use another `model_seed` to prove the weights load.
+    `mixin`'s methods override the library's Trainer, as a subclass's would."""
     args_cls = TrainingArguments if library == "ours" else transformers.TrainingArguments
     trainer_cls = HFLightningTrainer if library == "ours" else transformers.Trainer
+    if mixin is not None:
+        trainer_cls = type(f"{mixin.__name__}{trainer_cls.__name__}", (mixin, trainer_cls), {})
     defaults = dict(
         use_cpu=True, report_to="none", disable_tqdm=True, per_device_train_batch_size=2, seed=123
     )
@@ -293,6 +297,33 @@ class IndexlessMLP(nn.Module):
     def forward(self, x, labels=None):
         logits = self.net(x).squeeze(-1)
         return {"loss": nn.functional.mse_loss(logits, labels), "logits": logits}
+
+
+class LoadsNothingOnResume:
+    """A subclass that takes over the resume's weight loading (as sentence-transformers does) and loads nothing."""
+
+    calls: list[tuple[str, Any]] = []
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        self.calls.append((os.path.basename(resume_from_checkpoint), model))
+
+
+def test_an_overridden_load_from_checkpoint_is_what_a_resume_calls(tmp_path):
+    """The resume calls the subclass's `_load_from_checkpoint` (once, with the folder alone) instead of loading the
+    weights itself: the run trains on from the new model's own weights, in both libraries alike."""
+    dataset = classification_data(10)
+    settings = dict(gradient_accumulation_steps=2, max_steps=8, save_steps=4)
+    straight = train("ours", tmp_path / "a", dataset, **settings)
+    runs = {}
+    for library in ("reference", "ours"):
+        LoadsNothingOnResume.calls = []
+        train(library, tmp_path / library, dataset, stop_at=4, **settings)
+        runs[library] = train(
+            library, tmp_path / library, dataset, resume=True, model_seed=7, mixin=LoadsNothingOnResume, **settings
+        )
+        assert LoadsNothingOnResume.calls == [("checkpoint-4", None)]
+    assert max_difference(runs["ours"].weights, runs["reference"].weights) <= 1e-6
+    assert max_difference(runs["ours"].weights, straight.weights) > 1e-3
 
 
 # ---- choosing the checkpoint (3.13) --------------------------------------------------------------------------------

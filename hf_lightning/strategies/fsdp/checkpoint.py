@@ -326,8 +326,7 @@ def load_fsdp_resume_state(trainer: Any, files: Any) -> None:
 
     from hf_lightning.checkpoint.files import SCHEDULER_NAME
 
-    logger.info(f"Loading model from {files.checkpoint}.")
-    load_fsdp_model(trainer, files.checkpoint)
+    trainer._load_from_checkpoint(files.checkpoint, trainer.model_wrapped)  # a subclass's override included
     if SCHEDULER_NAME in files.names:
         load_fsdp_optimizer(trainer, files.checkpoint)
         with warnings.catch_warnings():
