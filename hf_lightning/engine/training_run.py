@@ -28,6 +28,7 @@ from hf_lightning.engine.outputs import TrainOutput
 from hf_lightning.engine.protocols import TrainerLike
 from hf_lightning.engine.seeding import seed_from_args
 from hf_lightning.engine.signals import SignalScope, keyboard_interrupt_of
+from hf_lightning.engine.special_tokens import align_special_tokens
 from hf_lightning.evaluation.connector import EvaluationConnector
 from hf_lightning.integrations.logger_adapters import send_run_texts
 
@@ -86,6 +87,7 @@ class TrainingRun:
         ):
             trainer.model.to(args.device)
         _enable_activation_checkpointing(trainer)
+        align_special_tokens(trainer.model, trainer.processing_class)
         if trainer.neftune_noise_alpha is not None:
             trainer._activate_neftune()
         # The trial's parameters go onto `args` after model_init (which sees the previous trial's args, as the

@@ -491,3 +491,34 @@ def test_model_init_is_called_again_at_train(tmp_path):
     )
     assert_parity(result)
     assert calls["count"] == 4  # 1 at construction + 1 at train(), on each side
+
+
+def test_the_tokenizers_special_tokens_reach_the_model_config_at_train(tmp_path):
+    """The reference's train() copies a transformers tokenizer's PAD / BOS / EOS ids into the model config and
+    generation config (a pad token added for fine-tuning): the saved config.json then holds them."""
+    import json
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tests.trl.tiny import make_tokenizer
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=2, n_head=2))
+    assert model.config.pad_token_id is None and model.config.eos_token_id == 50256
+    tokenizer = make_tokenizer()
+    result = run_parity(
+        model, padded_lm_data(4), tmp_path, trainer_kwargs={"processing_class": tokenizer},
+        per_device_train_batch_size=2, max_steps=1,
+    )
+    saved = {}
+    for side in ("reference", "ours"):
+        trainer = getattr(result, side).trainer
+        config = trainer.model.config
+        generation = trainer.model.generation_config
+        assert (config.pad_token_id, config.bos_token_id, config.eos_token_id) == (0, 2, 1)
+        assert (generation.pad_token_id, generation.bos_token_id) == (0, 2)
+        trainer.save_model(str(tmp_path / side / "model"))
+        with open(tmp_path / side / "model" / "config.json") as f:
+            saved[side] = json.load(f)
+    assert saved["ours"] == saved["reference"]
+    assert_parity(result)
