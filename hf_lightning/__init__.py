@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from hf_lightning.core.version import __version__
 
 _EXPORTS = {
     "TrainingArguments": "hf_lightning.args.training_args",
@@ -32,22 +32,22 @@ _EXPORTS = {
     "NotebookProgressCallback": "hf_lightning.callbacks.notebook",
     "plot_log_history": "hf_lightning.integrations.plotting",
     "save_training_plot": "hf_lightning.integrations.plotting",
-    "TrainOutput": "hf_lightning.engine.outputs",
-    "BestRun": "hf_lightning.engine.outputs",
+    "TrainOutput": "hf_lightning.core.outputs",
+    "BestRun": "hf_lightning.core.outputs",
     "HPSearchBackend": "hf_lightning.integrations.hp_search",
     "default_hp_space_optuna": "hf_lightning.integrations.hp_search",
     "default_compute_objective": "hf_lightning.integrations.hp_search",
-    "EvalPrediction": "hf_lightning.engine.outputs",
-    "PredictionOutput": "hf_lightning.engine.outputs",
-    "EvalLoopOutput": "hf_lightning.engine.outputs",
-    "set_seed": "hf_lightning.engine.seeding",
-    "enable_full_determinism": "hf_lightning.engine.seeding",
+    "EvalPrediction": "hf_lightning.core.outputs",
+    "PredictionOutput": "hf_lightning.core.outputs",
+    "EvalLoopOutput": "hf_lightning.core.outputs",
+    "set_seed": "hf_lightning.core.seeding",
+    "enable_full_determinism": "hf_lightning.core.seeding",
     "translate": "hf_lightning.translation.translate",
     "explain": "hf_lightning.translation.translate",
-    "IntervalStrategy": "hf_lightning.args.enums",
-    "SaveStrategy": "hf_lightning.args.enums",
-    "SchedulerType": "hf_lightning.args.enums",
-    "OptimizerNames": "hf_lightning.args.enums",
+    "IntervalStrategy": "hf_lightning.core.enums",
+    "SaveStrategy": "hf_lightning.core.enums",
+    "SchedulerType": "hf_lightning.core.enums",
+    "OptimizerNames": "hf_lightning.core.enums",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

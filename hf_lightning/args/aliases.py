@@ -17,9 +17,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hf_lightning.args.enums import enum_value
 from hf_lightning.args.fields import convert_str_dict
 from hf_lightning.args.user_warnings import user_stacklevel
+from hf_lightning.core.enums import enum_value
 
 __all__ = ["ALIAS_ATTRIBUTE_DEFAULTS", "V4_ALIASES", "fold_v4_aliases", "with_v4_aliases"]
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from packaging import version
 
-from hf_lightning.args.enums import (
+from hf_lightning.core.enums import (
     DebugOption,
     HubStrategy,
     IntervalStrategy,

@@ -2,7 +2,7 @@
 
 Pure dictionary work: nothing here imports accelerate. The result lives on the arguments object
 (``fsdp_plugin_args``) for the strategy translation to read. The DeepSpeed config is loaded and its
-argument-time ``"auto"`` keys filled by ``hf_lightning/strategies/deepspeed/config.py``, which owns it.
+argument-time ``"auto"`` keys filled by ``hf_lightning/args/deepspeed_config.py``, which owns it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import warnings
 from typing import Any
 
-from hf_lightning.args.enums import FSDPOption
+from hf_lightning.core.enums import FSDPOption
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
-from hf_lightning.args.enums import ParallelMode
 from hf_lightning.args.fields import TRAINER_LOG_LEVELS
 from hf_lightning.args.launcher import launch_layout
+from hf_lightning.core.enums import ParallelMode
 
 logger = logging.getLogger(__name__)
 
@@ -202,7 +202,8 @@ class TrainingArgumentsProcess:
         if not _dist_initialized():
             # The reference's arguments create the process group as they are built; here the first call that
             # needs it does (the group Lightning's strategy reuses later).
-            from hf_lightning.strategies.group import ensure_process_group
+            # lazy: torch.distributed only when a multi-process run needs its group; the arguments load no torch
+            from hf_lightning.args.process_group import ensure_process_group
 
             with contextlib.suppress(ValueError):  # no MASTER_ADDR / MASTER_PORT: warned below
                 ensure_process_group(self)

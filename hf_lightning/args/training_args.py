@@ -25,15 +25,7 @@ from typing import Any
 
 from hf_lightning.args.accelerator_config import AcceleratorConfig, to_accelerator_config
 from hf_lightning.args.aliases import ALIAS_ATTRIBUTE_DEFAULTS, with_v4_aliases
-from hf_lightning.args.enums import (
-    DebugOption,
-    HubStrategy,
-    IntervalStrategy,
-    OptimizerNames,
-    SaveStrategy,
-    SchedulerType,
-    enum_value,
-)
+from hf_lightning.args.deepspeed_config import deepspeed_fill_at_construction, load_deepspeed_config
 from hf_lightning.args.fields import TrainingArgumentsFields, convert_str_dict
 from hf_lightning.args.parallel import process_fsdp_args
 from hf_lightning.args.process import TrainingArgumentsProcess, mps_available, transformers_verbosity
@@ -46,7 +38,15 @@ from hf_lightning.args.validation import (
     to_enum,
     validate_arguments,
 )
-from hf_lightning.strategies.deepspeed.config import deepspeed_fill_at_construction, load_deepspeed_config
+from hf_lightning.core.enums import (
+    DebugOption,
+    HubStrategy,
+    IntervalStrategy,
+    OptimizerNames,
+    SaveStrategy,
+    SchedulerType,
+    enum_value,
+)
 
 logger = logging.getLogger(__name__)
 

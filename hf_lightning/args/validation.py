@@ -24,7 +24,7 @@ from enum import Enum
 from functools import cache
 from typing import Any, TypeVar
 
-from hf_lightning.args.enums import IntervalStrategy, SaveStrategy, SchedulerType
+from hf_lightning.core.enums import IntervalStrategy, SaveStrategy, SchedulerType
 
 __all__ = [
     "InvalidArgumentsError",

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from hf_lightning.args.enums import enum_value
 from hf_lightning.callbacks.base import TrainerCallback
 from hf_lightning.callbacks.state import ExportableState, TrainerControl, TrainerState
+from hf_lightning.core.enums import enum_value
 
 logger = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hf_lightning.args.enums import enum_value
 from hf_lightning.callbacks.base import TrainerCallback
 from hf_lightning.callbacks.state import TrainerControl, TrainerState
+from hf_lightning.core.enums import enum_value
 
 
 class DefaultFlowCallback(TrainerCallback):

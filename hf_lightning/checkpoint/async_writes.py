@@ -24,7 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hf_lightning.checkpoint.files import reach, rng_state_file_name
+from hf_lightning.checkpoint.files import clean_scratch_folders, reach
+from hf_lightning.core.checkpoint_files import rng_state_file_name
+from hf_lightning.strategies.distributed import is_distributed
 from hf_lightning.strategies.tensor_parallel.state import trainer_tp_size
 
 logger = logging.getLogger(__name__)
@@ -283,8 +285,6 @@ class BackgroundCheckpointWriter:
 
     def _rank_group(self) -> Any:
         """A gloo group of all ranks for the writers' own agreement (created once, on the training thread)."""
-        from hf_lightning.strategies.distributed import is_distributed
-
         if not is_distributed():
             return None
         if self._group is None:
@@ -294,7 +294,6 @@ class BackgroundCheckpointWriter:
         return self._group
 
     def _write(self, view: Any, save: PendingSave, group: Any) -> None:
-        from hf_lightning.checkpoint.files import clean_scratch_folders
 
         should_save = view.args.should_save
         try:

@@ -8,7 +8,7 @@ background write (`checkpoint/async_writes.py`) before a resume and at the end o
 from __future__ import annotations
 
 from hf_lightning.checkpoint.async_writes import wait_for_checkpoint_writes
-from hf_lightning.engine.protocols import RunLike, TrainerLike
+from hf_lightning.core.protocols import RunLike, TrainerLike
 
 
 class CheckpointConnector:

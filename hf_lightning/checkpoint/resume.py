@@ -21,14 +21,20 @@ import random
 import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
-
-import lightning.pytorch as pl
+from typing import TYPE_CHECKING, Any
 
 import hf_lightning.strategies.fsdp.checkpoint as fsdp_checkpoint
-from hf_lightning.args.enums import enum_value
 from hf_lightning.callbacks import TrainerControl, TrainerState
 from hf_lightning.checkpoint.files import (
+    checkpoint_problem,
+    clean_scratch_folders,
+    newest_valid_checkpoint,
+    read_model_state_dict,
+    rng_state_problem,
+    trainer_state_problem,
+    weights_problem,
+)
+from hf_lightning.core.checkpoint_files import (
     ADAPTER_SAFE_WEIGHTS_NAME,
     ADAPTER_WEIGHTS_NAME,
     COMPLETE_MARKER_NAME,
@@ -40,18 +46,12 @@ from hf_lightning.checkpoint.files import (
     TRAINER_STATE_NAME,
     WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
-    checkpoint_problem,
-    clean_scratch_folders,
-    newest_valid_checkpoint,
-    read_model_state_dict,
     rng_state_file_name,
-    rng_state_problem,
     safe_torch_load,
-    trainer_state_problem,
-    weights_problem,
 )
+from hf_lightning.core.enums import enum_value
+from hf_lightning.core.protocols import RunLike, TrainerLike
 from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, read_position_record
-from hf_lightning.engine.protocols import RunLike, TrainerLike
 from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
 from hf_lightning.strategies.tensor_parallel.state import (
@@ -59,6 +59,9 @@ from hf_lightning.strategies.tensor_parallel.state import (
     load_full_optimizer_state,
     load_full_state_dict,
 )
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
 
 logger = logging.getLogger(__name__)
 

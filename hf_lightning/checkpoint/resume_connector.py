@@ -11,7 +11,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 import hf_lightning.checkpoint.resume as resume
-from hf_lightning.engine.protocols import RunLike, TrainerLike
+from hf_lightning.core.protocols import RunLike, TrainerLike
 
 
 class ResumeConnector:

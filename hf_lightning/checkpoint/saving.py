@@ -17,20 +17,10 @@ import shutil
 import warnings
 from typing import Any
 
-from hf_lightning.args.enums import enum_value
+from hf_lightning.callbacks import is_exportable_state
 from hf_lightning.checkpoint.async_writes import PendingSave, background_writer_for
 from hf_lightning.checkpoint.durability import fsync_tree, writeback_while_writing
 from hf_lightning.checkpoint.files import (
-    ADAPTER_SAFE_WEIGHTS_NAME,
-    ADAPTER_WEIGHTS_NAME,
-    OPTIMIZER_NAME,
-    SAFE_WEIGHTS_NAME,
-    SCALER_NAME,
-    SCHEDULER_NAME,
-    TRAINER_STATE_NAME,
-    TRAINING_ARGS_NAME,
-    WEIGHTS_NAME,
-    checkpoint_folder_name,
     checkpoints_to_delete,
     checkpoints_to_delete_at_train_end,
     clean_scratch_folders,
@@ -41,7 +31,6 @@ from hf_lightning.checkpoint.files import (
     list_checkpoints,
     reach,
     read_model_state_dict,
-    rng_state_file_name,
     rotate_checkpoints,
     temporary_checkpoint_dir,
     write_complete_marker,
@@ -50,11 +39,37 @@ from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
 from hf_lightning.checkpoint.output_folder import apply_umask, write_failure
 from hf_lightning.checkpoint.resume import load_model_weights
 from hf_lightning.checkpoint.save_imports import deepspeed_probe_skipped_while_unloaded
+from hf_lightning.core.checkpoint_files import (
+    ADAPTER_SAFE_WEIGHTS_NAME,
+    ADAPTER_WEIGHTS_NAME,
+    OPTIMIZER_NAME,
+    SAFE_WEIGHTS_NAME,
+    SCALER_NAME,
+    SCHEDULER_NAME,
+    TRAINER_STATE_NAME,
+    TRAINING_ARGS_NAME,
+    WEIGHTS_NAME,
+    checkpoint_folder_name,
+    rng_state_file_name,
+)
+from hf_lightning.core.enums import enum_value
 from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, write_position_record
 from hf_lightning.data.model_inputs import is_peft_model
 from hf_lightning.strategies.distributed import barrier
-from hf_lightning.strategies.fsdp.checkpoint import load_fsdp_model
+from hf_lightning.strategies.fsdp.checkpoint import (
+    load_fsdp_model,
+    save_fsdp_model,
+    save_fsdp_optimizer,
+    save_fsdp_weights,
+)
 from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
+from hf_lightning.strategies.tensor_parallel.state import (
+    full_optimizer_state,
+    full_state_dict,
+    is_tp_sharded,
+    load_full_state_dict,
+    trainer_tp_size,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -279,13 +294,13 @@ class CheckpointMixin(MetricsIOMixin):
         import torch
 
         if getattr(self, "is_deepspeed_enabled", False):  # every rank: the engine's files (+ scheduler.pt)
+            # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
             from hf_lightning.strategies.deepspeed.strategy import save_deepspeed_optimizer_and_scheduler
 
             save_deepspeed_optimizer_and_scheduler(self, output_dir)
             return
         tensor_parallel = _tensor_parallel(self)
         if tensor_parallel:  # every rank gathers the shards; rank 0 writes a one-process optimizer.pt
-            from hf_lightning.strategies.tensor_parallel.state import full_optimizer_state
 
             optimizer_state = full_optimizer_state(self.optimizer)
             if self.args.should_save:
@@ -293,7 +308,6 @@ class CheckpointMixin(MetricsIOMixin):
                 torch.save(optimizer_state, os.path.join(output_dir, OPTIMIZER_NAME))
         fsdp = getattr(self, "is_fsdp_enabled", False)
         if fsdp:  # every rank: FSDP's model and optimizer files, named as accelerate names them
-            from hf_lightning.strategies.fsdp.checkpoint import save_fsdp_model, save_fsdp_optimizer
 
             save_fsdp_model(self, output_dir)
             save_fsdp_optimizer(self, output_dir)
@@ -366,7 +380,6 @@ class CheckpointMixin(MetricsIOMixin):
         # Refresh every exportable callback's entry (and TrainerControl's) from its current state. Several
         # instances of one class are stored as a fresh list in callback order; the reference appends to the list
         # it loaded, so it grows at each save and a resume restores the oldest states (docs/divergences.md).
-        from hf_lightning.callbacks import is_exportable_state
 
         current: dict[str, Any] = {}
         for callback in self.callback_handler.callbacks + [self.control]:
@@ -420,19 +433,18 @@ class CheckpointMixin(MetricsIOMixin):
         best_dir = self.state.best_model_checkpoint
         logger.info(f"Loading best model from {best_dir} (score: {self.state.best_metric}).")
         if getattr(self, "is_deepspeed_enabled", False):  # all ranks, from the engine's checkpoint
+            # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
             from hf_lightning.strategies.deepspeed.strategy import load_engine_checkpoint
 
             strict = not is_peft_model(self.model)
             load_engine_checkpoint(self.model_wrapped, best_dir, load_module_strict=strict)
             return
         if getattr(self, "is_fsdp_enabled", False):  # all ranks, from the FSDP files (fsdp_checkpoint)
-            from hf_lightning.strategies.fsdp.checkpoint import load_fsdp_model
 
             load_fsdp_model(self, best_dir)
             return
         model = self.model
         if _tensor_parallel(self):  # the full weights, sliced like the DTensor shards
-            from hf_lightning.strategies.tensor_parallel.state import load_full_state_dict
 
             state_dict = read_model_state_dict(best_dir)
             if state_dict is not None:
@@ -508,15 +520,14 @@ class CheckpointMixin(MetricsIOMixin):
         if output_dir is None:
             output_dir = self.args.output_dir
         if getattr(self, "is_deepspeed_enabled", False):  # all ranks: ZeRO-3 gathers (deepspeed_strategy)
+            # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
             from hf_lightning.strategies.deepspeed.strategy import save_deepspeed_model
 
             save_deepspeed_model(self, output_dir)
         elif getattr(self, "is_fsdp_enabled", False):  # all ranks gather (fsdp_checkpoint)
-            from hf_lightning.strategies.fsdp.checkpoint import save_fsdp_weights
 
             save_fsdp_weights(self, output_dir)
         elif _tensor_parallel(self):  # all ranks gather the shards; rank 0 writes the full weights
-            from hf_lightning.strategies.tensor_parallel.state import full_state_dict
 
             self._save(output_dir, state_dict=full_state_dict(self.model))
         else:
@@ -593,6 +604,4 @@ def _shared_token() -> str:
 
 def _tensor_parallel(trainer: Any) -> bool:
     """Whether the trainer's model holds DTensor shards of a tensor-parallel plan (parallelism_config)."""
-    from hf_lightning.strategies.tensor_parallel.state import is_tp_sharded, trainer_tp_size
-
     return trainer_tp_size(trainer) > 1 and is_tp_sharded(getattr(trainer, "model", None))

@@ -20,6 +20,7 @@ IGNORE_INDEX = -100
 
 def resolve_checkpoint(ckpt_path: str, output_dir: str) -> str:
     """The folder `ckpt_path` names: a folder as is, `last` (newest complete checkpoint-N of output_dir) or `best`."""
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
     from hf_lightning.checkpoint.files import get_last_checkpoint
 
     if ckpt_path in ("last", "best"):
@@ -66,6 +67,7 @@ def load_checkpoint_weights(model: Any, folder: str) -> None:
     Missing keys are accepted only for weights tied to a loaded one (e.g. an LM head tied to the embeddings, which
     `save_pretrained` leaves out).
     """
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
     from hf_lightning.checkpoint.files import read_model_state_dict
 
     state_dict = read_model_state_dict(folder)

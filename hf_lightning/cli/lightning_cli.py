@@ -19,6 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hf_lightning.args.training_args import Seq2SeqTrainingArguments, TrainingArguments
+from hf_lightning.cli.open_keywords import CONFIG_OPTIONS, MissingPackageError, load_config, route_argv
+from hf_lightning.integrations.plotting import save_training_plot
+
 SUBCOMMANDS: dict[str, str] = {
     "fit": "train (train()), save the model, then evaluate when there is eval data",
     "validate": "evaluate() on the eval data",
@@ -73,6 +77,7 @@ def build_parser() -> Any:
     """The jsonargparse parser: one subcommand per entry of SUBCOMMANDS, all with the same sections."""
     from jsonargparse import ArgumentParser
 
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
     from hf_lightning.cli.help_text import HelpFormatter
 
     parser = ArgumentParser(
@@ -94,7 +99,7 @@ def _subcommand_parser(name: str, help_text: str) -> Any:
     from jsonargparse import ActionConfigFile, ArgumentParser
     from torch import nn
 
-    from hf_lightning.args.training_args import Seq2SeqTrainingArguments
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
     from hf_lightning.cli.data_sources import DataSource
     from hf_lightning.cli.help_text import HelpFormatter, describe_dataclass_options
     from hf_lightning.engine.lightning_bridge import SAFE_LIGHTNING_OVERRIDES
@@ -159,8 +164,6 @@ def parse(argv: list[str]) -> tuple[str, Any, Any]:
     """Parse `argv` (`COMMAND --config ...`); returns the command, its subparser and its namespace."""
     from argparse import ArgumentError
 
-    from hf_lightning.cli.open_keywords import MissingPackageError, route_argv
-
     parser = build_parser()
     if argv and argv[0] in SUBCOMMANDS:
         _check_sections(argv, parser._subcommands_action._name_parser_map[argv[0]])
@@ -204,8 +207,6 @@ def _check_sections(argv: list[str], subparser: Any) -> None:
     """Refuse a top-level key of a `--config` file that is no section (jsonargparse would drop it silently)."""
     import difflib
 
-    from hf_lightning.cli.open_keywords import CONFIG_OPTIONS, load_config
-
     sections = sorted({key.split(".")[0] for key in subparser.get_defaults().keys()} - {"config"})
     for index, token in enumerate(argv):
         option, has_inline, inline = token.partition("=")
@@ -225,7 +226,8 @@ def _check_sections(argv: list[str], subparser: Any) -> None:
 
 def resolve(command: str, subparser: Any, config: Any) -> RunConfig:
     """Build the arguments, seed as the reference's scripts do, then instantiate model, data and overrides."""
-    from hf_lightning.engine.seeding import seed_from_args
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
+    from hf_lightning.core.seeding import seed_from_args
 
     trainer_class = config.trainer_class
     args = _build_training_arguments(subparser, config, trainer_class)
@@ -247,7 +249,7 @@ def resolve(command: str, subparser: Any, config: Any) -> RunConfig:
 
 
 def _build_training_arguments(subparser: Any, config: Any, trainer_class: type) -> Any:
-    from hf_lightning.args.training_args import Seq2SeqTrainingArguments, TrainingArguments
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
     from hf_lightning.engine.seq2seq import HFLightningSeq2SeqTrainer
 
     defaults = subparser.get_defaults().args.as_dict()
@@ -275,6 +277,7 @@ def _lightning_overrides(raw: Mapping[str, Any]) -> dict[str, Any]:
     import lightning.pytorch as pl
     from jsonargparse import ArgumentParser
 
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
     from hf_lightning.engine.lightning_bridge import check_lightning_overrides
 
     try:
@@ -322,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_trainer(run_config: RunConfig, stage: str) -> tuple[Any, Any]:
     """The facade for one stage, with the datasets the stage needs and the Lightning overrides set."""
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
     from hf_lightning.cli.data_sources import resolve_data
     from hf_lightning.cli.files import checkpoint_progress, load_checkpoint_weights, resolve_checkpoint
 
@@ -407,6 +411,7 @@ def test_command(run_config: RunConfig) -> CLIRun:
 
 def predict_command(run_config: RunConfig) -> CLIRun:
     """`predict()` on the predict data (else the test data); writes `predictions.npz` (and decoded text)."""
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
     from hf_lightning.cli.files import write_predictions
 
     trainer, parts = build_trainer(run_config, "predict")
@@ -459,7 +464,6 @@ def _save_plot(trainer: Any) -> str | None:
     if not trainer.is_world_process_zero():
         return None
     try:
-        from hf_lightning.integrations.plotting import save_training_plot
 
         path = save_training_plot(trainer.state.log_history, trainer.args.output_dir)
     except (ImportError, ValueError) as error:  # no matplotlib, or nothing was logged that can be plotted

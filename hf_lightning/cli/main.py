@@ -19,6 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hf_lightning.cli.lightning_cli import SUBCOMMANDS  # stdlib-only at import: --help stays instant
+from hf_lightning.cli.lightning_cli import main as lightning_cli_main
+from hf_lightning.translation.translate import explain, translate
+
 # "module:attribute" of the trainer and arguments classes the main job uses, resolved lazily.
 TRAINER_CLASS = "hf_lightning.engine.trainer:HFLightningTrainer"
 TRAINING_ARGUMENTS_CLASS = "hf_lightning.args.training_args:TrainingArguments"
@@ -114,7 +118,6 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     explain.add_argument("args_json", metavar="ARGS.json", help="a JSON object of TrainingArguments fields")
-    from hf_lightning.cli.lightning_cli import SUBCOMMANDS  # stdlib-only at import: --help stays instant
 
     for name in LIGHTNING_CLI_COMMANDS:
         # Listed for --help only: main() hands these to hf_lightning.cli.lightning_cli before parsing.
@@ -137,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `hf-lightning`; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in LIGHTNING_CLI_COMMANDS:
-        from hf_lightning.cli.lightning_cli import main as lightning_cli_main
 
         return lightning_cli_main(argv)
     parser = build_parser()
@@ -167,6 +169,7 @@ def train_demo(
     print("hf-lightning: preparing the built-in task ...", flush=True)
     import torch
 
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
     from hf_lightning.cli.embedded import CHANCE_ACCURACY, NUM_LABELS, TOPICS, build_embedded_run
 
     torch.set_num_threads(num_threads)
@@ -225,6 +228,7 @@ def train_demo(
 
 def _print_summary(results: dict[str, Any], output_dir: Path) -> None:
     """Print the final summary: losses, accuracy against chance, steps, files and runtime."""
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
     from hf_lightning.cli.embedded import NUM_LABELS
 
     accuracy, chance = results["eval_accuracy"], results["chance_accuracy"]
@@ -249,6 +253,7 @@ def _print_examples(model: Any, tokenizer: Any, eval_dataset: Any, count: int = 
     """Show a few held-out sentences with the trained model's answer, so the result is concrete."""
     import torch
 
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
     from hf_lightning.cli.embedded import TOPICS, EmbeddedCollator
 
     model.eval()
@@ -280,8 +285,6 @@ def explain_command(path: Path, parser: argparse.ArgumentParser | None = None) -
             parser,
             f"{path} must hold a JSON object of TrainingArguments fields, not {type(fields).__name__}.",
         )
-
-    from hf_lightning.translation.translate import explain, translate
 
     training_arguments_class = _resolve(TRAINING_ARGUMENTS_CLASS)
     try:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler, SequentialSampler
 
+from hf_lightning.core.seeding import set_seed
 from hf_lightning.data.collate import collates_without_side_effects, pick_default_collator
 from hf_lightning.data.dataset_position import DatasetPositions, position_before, position_restorable
 from hf_lightning.data.iterable_sharding import (
@@ -31,8 +32,8 @@ from hf_lightning.data.model_inputs import (
     get_train_sampler,
 )
 from hf_lightning.data.samplers import BatchRebalanceSampler, shard_batches
-from hf_lightning.engine.seeding import set_seed
 from hf_lightning.translation.plan import ModuleSettings
+from hf_lightning.translation.translate import planned_settings
 
 _SINGLE_PROCESS_ITERATOR = torch.utils.data.dataloader._SingleProcessDataLoaderIter
 _DATALOADER_ACCEPTS_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
@@ -315,8 +316,6 @@ def _build_dataloader(
     if world_size <= 1 or isinstance(sampler, BatchRebalanceSampler):
         return HFDataLoader(dataset, **params)
 
-    from hf_lightning.translation.translate import planned_settings
-
     settings = planned_settings(args, settings)
     if settings.dispatch_batches:
         raise ValueError(
@@ -349,8 +348,6 @@ def _iterable_loader_across_processes(
     """A loader over an IterableDataset on `world_size` processes, as accelerate prepares it (R3.7): dealt from the
     first process (`dispatch_batches` None or True) or read by each (`dispatch_batches=False`); the same for the
     train, eval and test loaders (the evaluation loop's gather drops the completed tail, `last_batch_remainder`)."""
-    from hf_lightning.translation.translate import planned_settings
-
     settings = planned_settings(args, settings)
     if settings.dispatch_batches is False:
         generator = getattr(dataset, "generator", None)

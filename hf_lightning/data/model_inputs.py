@@ -28,6 +28,7 @@ from hf_lightning.data.samplers import (
 )
 from hf_lightning.data.sized import has_length
 from hf_lightning.translation.plan import ModuleSettings
+from hf_lightning.translation.translate import planned_settings
 
 logger = logging.getLogger(__name__)
 
@@ -183,8 +184,6 @@ def get_train_sampler(
     The random order is seeded with `data_seed`, else `seed_for_sampler`, else `torch.initial_seed()`
     read now (the reference reads it when the train loader is built).
     """
-    from hf_lightning.translation.translate import planned_settings
-
     settings = planned_settings(args, settings)
     strategy = args.train_sampling_strategy
     if not has_length(dataset):

@@ -18,6 +18,7 @@ from torch import nn
 from hf_lightning.args.validation import Problem, invalid_arguments, value_problems
 from hf_lightning.data.model_inputs import unwrap_peft_model
 from hf_lightning.data.sized import has_length
+from hf_lightning.optim.schedulers import scheduler_kwarg_names
 
 __all__ = [
     "check_neftune_embeddings",
@@ -65,7 +66,6 @@ def check_scheduler_kwargs(args: Any, own_scheduler: bool) -> list[Problem]:
     kwargs = args.lr_scheduler_kwargs
     if own_scheduler or not kwargs or not isinstance(kwargs, dict):
         return []
-    from hf_lightning.optim.schedulers import scheduler_kwarg_names
 
     accepted = scheduler_kwarg_names(args.lr_scheduler_type)
     if accepted is None:

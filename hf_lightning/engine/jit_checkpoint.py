@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from hf_lightning.callbacks import TrainerCallback
-from hf_lightning.engine.protocols import TrainerLike
+from hf_lightning.core.protocols import TrainerLike
 
 logger = logging.getLogger(__name__)
 

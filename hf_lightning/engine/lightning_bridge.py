@@ -16,7 +16,11 @@ from typing import Any
 import lightning.pytorch as pl
 
 import hf_lightning.engine.schedule as schedule
+from hf_lightning.checkpoint.async_writes import check_checkpoint_plugins
+from hf_lightning.engine import lean_lightning, lean_logging
 from hf_lightning.engine.precision import lightning_precision_kwargs
+from hf_lightning.integrations.loggers import build_loggers
+from hf_lightning.strategies.build import build_strategy
 
 # Lightning's start-up banners ("GPU available", tips, "fit stopped") are noise next to the
 # reference's own output; real warnings still come through.
@@ -76,10 +80,6 @@ def build_lightning_trainer(
     `overrides` (the facade's `lightning_trainer_overrides`) are merged last: they take precedence over the
     translation, except `callbacks`, which are added after the engine's.
     """
-    from hf_lightning.engine.lean_lightning import use_lean_epoch_loop, use_lean_profiler
-    from hf_lightning.engine.lean_logging import use_lean_logger_connector
-    from hf_lightning.integrations.loggers import build_loggers
-
     quiet_lightning_banners()
     kwargs = lightning_trainer_kwargs(plan, values)
     if loggers is None:
@@ -87,15 +87,14 @@ def build_lightning_trainer(
     if loggers:
         kwargs["logger"] = loggers
     if plan.strategy is not None:
-        from hf_lightning.strategies.build import build_strategy
 
         kwargs["strategy"] = build_strategy(plan, model)
     kwargs["callbacks"] = list(user_callbacks)
     kwargs = merge_lightning_overrides(kwargs, overrides or {})
     trainer = pl.Trainer(**kwargs)
-    use_lean_logger_connector(trainer)
-    use_lean_profiler(trainer)
-    use_lean_epoch_loop(trainer)
+    lean_logging.use_lean_logger_connector(trainer)
+    lean_lightning.use_lean_profiler(trainer)
+    lean_lightning.use_lean_epoch_loop(trainer)
     return trainer
 
 
@@ -172,7 +171,6 @@ def check_lightning_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
             )
     checked = dict(overrides)
     if "plugins" in checked:
-        from hf_lightning.checkpoint.async_writes import check_checkpoint_plugins
 
         checked["plugins"] = check_checkpoint_plugins(checked["plugins"])
     return checked

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
+from hf_lightning.core.protocols import RunLike, TrainerLike
 from hf_lightning.engine.loss_window import TrainLossWindow
-from hf_lightning.engine.protocols import RunLike, TrainerLike
 
 
 class LoggingConnector:

@@ -19,10 +19,11 @@ from lightning.pytorch.strategies import Strategy
 
 import hf_lightning.engine.schedule as schedule
 from hf_lightning.checkpoint.files import faults_armed, reach
+from hf_lightning.core.autocast import planned_autocast_dtype
+from hf_lightning.core.protocols import RunLike, TrainerLike
 from hf_lightning.engine.input_checks import empty_epoch_error
 from hf_lightning.engine.loss import UnusedItemCountProbe
-from hf_lightning.engine.precision import forward_autocast, planned_autocast_dtype
-from hf_lightning.engine.protocols import RunLike, TrainerLike
+from hf_lightning.engine.precision import forward_autocast
 from hf_lightning.engine.update_dispatch import UpdateDispatch
 from hf_lightning.strategies.fsdp.policies import gradient_sync_disabled
 

@@ -15,22 +15,13 @@ from typing import Any
 
 import torch
 
-from hf_lightning.evaluation.helpers import autocast_forward
+from hf_lightning.core.autocast import autocast_forward, planned_autocast_dtype
 from hf_lightning.translation.plan import ModuleSettings
-
-_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def planned_autocast_dtype(settings: ModuleSettings) -> torch.dtype | None:
-    """The dtype the plan autocasts the forward to: bf16, fp16 (never on CPU, where accelerate turns it
-    off), or None for full precision."""
-    return _AUTOCAST_DTYPES.get(settings.forward_autocast)
+from hf_lightning.translation.translate import planned_settings
 
 
 def forward_autocast_dtype(args: Any) -> torch.dtype | None:
     """`planned_autocast_dtype` for arguments outside a trainer (translated now)."""
-    from hf_lightning.translation.translate import planned_settings
-
     return planned_autocast_dtype(planned_settings(args))
 
 
@@ -38,8 +29,6 @@ def forward_autocast(model: torch.nn.Module, args: Any, settings: ModuleSettings
     """A context in which `model`'s forward runs under the reference's autocast (a no-op in full precision).
 
     `settings`: the trainer's plan; translated from `args` when not given."""
-    from hf_lightning.translation.translate import planned_settings
-
     dtype = planned_autocast_dtype(planned_settings(args, settings))
     if dtype is None:
         return contextlib.nullcontext()

@@ -22,8 +22,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.engine.jit_checkpoint import JITCheckpointCallback
-from hf_lightning.engine.protocols import TrainerLike
 
 TERMINATED_MESSAGE = (
     "hf_lightning: received SIGTERM during train(); the process ends now (exit status 143). Set "

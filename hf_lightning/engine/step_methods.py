@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import hf_lightning.data.dataloaders as dataloaders
-from hf_lightning.engine.devices import empty_device_cache
+from hf_lightning.core.devices import empty_device_cache
 from hf_lightning.engine.loss import (
     activate_neftune,
     count_items_in_window,
@@ -28,6 +28,7 @@ from hf_lightning.engine.overrides import is_base_method
 from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.logger_adapters import publish_logs, publish_logs_before_training
 from hf_lightning.strategies.fsdp.policies import fsdp1_clip_grad_norm, is_fsdp1_model
+from hf_lightning.strategies.tensor_parallel.state import clip_tp_grad_norm
 
 logger = logging.getLogger(__name__)
 
@@ -232,6 +233,7 @@ class TrainingStepMixin:
     def _clip_grad_norm(self, model: nn.Module) -> float:
         """Clip at `max_grad_norm` (or only measure with clipping off) and return the pre-clip norm (R4.8)."""
         if getattr(self, "is_deepspeed_enabled", False):  # the engine clipped inside its step: its norm
+            # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
             from hf_lightning.strategies.deepspeed.strategy import engine_global_grad_norm
 
             return engine_global_grad_norm(model)
@@ -246,7 +248,6 @@ class TrainingStepMixin:
         if is_fsdp1_model(model):  # the norm over every rank's shard, as accelerate's FSDP1 clipping
             return fsdp1_clip_grad_norm(model, max_norm, None if scaler is None else 1.0 / scaler.get_scale())
         if self.get_tp_size() > 1:  # DTensor shards and plain (replicated) gradients: the one-process norm
-            from hf_lightning.strategies.tensor_parallel.state import clip_tp_grad_norm
 
             return clip_tp_grad_norm(
                 parameters, max_norm, None if scaler is None else 1.0 / scaler.get_scale()

@@ -20,7 +20,6 @@ from torch.utils.data import DataLoader, Dataset
 import hf_lightning.data.dataloaders as dataloaders
 import hf_lightning.data.model_inputs as data_layer
 from hf_lightning.args.accelerator_config import fold_num_steps_into_arguments
-from hf_lightning.args.enums import enum_value
 from hf_lightning.args.training_args import TrainingArguments, as_training_arguments
 from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.callbacks import (
@@ -34,28 +33,34 @@ from hf_lightning.callbacks import (
 )
 from hf_lightning.callbacks.notebook import default_progress_callback
 from hf_lightning.checkpoint.model_card import ModelCardMixin
+from hf_lightning.checkpoint.output_folder import make_output_dir
 from hf_lightning.checkpoint.saving import CheckpointMixin
+from hf_lightning.core.enums import enum_value
+from hf_lightning.core.outputs import TrainOutput
+from hf_lightning.core.seeding import seed_from_args
 from hf_lightning.data.collate import pick_default_collator
 from hf_lightning.data.sized import has_length
 from hf_lightning.engine.accelerator import LightningAccelerator
 from hf_lightning.engine.input_checks import check_trainer_inputs
 from hf_lightning.engine.jit_checkpoint import JITCheckpointCallback
+from hf_lightning.engine.library_logging import set_library_log_level
 from hf_lightning.engine.loss import (
     LabelSmoother,
     loss_shifts_labels,
 )
 from hf_lightning.engine.memory import TrainerMemoryTracker
-from hf_lightning.engine.outputs import TrainOutput
+from hf_lightning.engine.optimizer_methods import OptimizerMixin
 from hf_lightning.engine.overrides import is_base_method
-from hf_lightning.engine.seeding import seed_from_args
 from hf_lightning.engine.step_methods import TrainingStepMixin
 from hf_lightning.evaluation.helpers import deepspeed_input_dtype
 from hf_lightning.evaluation.loop import EvaluationMixin
 from hf_lightning.evaluation.metric_objects import check_metric_object_arguments
 from hf_lightning.integrations.hp_search import HyperparameterSearchMixin
 from hf_lightning.integrations.hub import HubMixin, hub_progress_bars_suppressed
-from hf_lightning.optim.trainer_methods import OptimizerMixin
+from hf_lightning.integrations.loggers import build_loggers
 from hf_lightning.strategies.launch import maybe_launch_over_devices
+from hf_lightning.strategies.tensor_parallel import plans as tensor_parallel_plans
+from hf_lightning.translation.translate import explain, translate
 
 logger = logging.getLogger(__name__)
 
@@ -157,14 +162,11 @@ class HFLightningTrainer(
             neftune_noise_alpha=args.neftune_noise_alpha,
         )
 
-        from hf_lightning.translation.translate import translate
-
         # Refusals of unsupported fields surface here, before any training starts.
         self.plan = translate(args)
-        from hf_lightning.strategies.tensor_parallel.plans import tp_model_refusal
 
         # The model's tensor-parallel plan, or a model split at load without tp_size: before training.
-        refusal = tp_model_refusal(model, self.get_tp_size())
+        refusal = tensor_parallel_plans.tp_model_refusal(model, self.get_tp_size())
         if refusal:
             raise ValueError(refusal)
         fold_num_steps_into_arguments(args)
@@ -192,7 +194,6 @@ class HFLightningTrainer(
         if args.push_to_hub:
             self.init_hf_repo()  # a wrong or missing token fails here, before any training
         if args.should_save:
-            from hf_lightning.checkpoint.output_folder import make_output_dir
 
             make_output_dir(args.output_dir)  # an existing file there: a ValueError naming output_dir
 
@@ -219,8 +220,8 @@ class HFLightningTrainer(
 
     def explain(self) -> str:
         """How each argument is translated onto Lightning, one line per field, then the `lightning.Trainer` overrides."""
+        # lazy: Lightning loads when a run starts, not at `from hf_lightning import Trainer`
         from hf_lightning.engine.lightning_bridge import explain_lightning_overrides
-        from hf_lightning.translation.translate import explain
 
         return explain(self.plan) + explain_lightning_overrides(self.lightning_trainer_overrides, self.plan)
 
@@ -235,6 +236,7 @@ class HFLightningTrainer(
 
     @lightning_trainer_overrides.setter
     def lightning_trainer_overrides(self, overrides: Mapping[str, Any]) -> None:
+        # lazy: Lightning loads when a run starts, not at `from hf_lightning import Trainer`
         from hf_lightning.engine.lightning_bridge import check_lightning_overrides
 
         self._lightning_trainer_overrides = check_lightning_overrides(overrides)
@@ -246,7 +248,6 @@ class HFLightningTrainer(
             transformers_logging.set_verbosity(self.args.get_process_log_level())
         chosen = self.args.log_level if self.args.should_log else self.args.log_level_replica
         if chosen != "passive":  # passive leaves our loggers to the application's logging set-up
-            from hf_lightning.engine.library_logging import set_library_log_level
 
             set_library_log_level(self.args.get_process_log_level())
 
@@ -478,7 +479,6 @@ class HFLightningTrainer(
         if getattr(self, "_loggers_before_training", None) is None:
             if not self.plan.loggers:
                 return []
-            from hf_lightning.integrations.loggers import build_loggers
 
             self._loggers_before_training = build_loggers(self.plan)
             for pl_logger in self._loggers_before_training:
@@ -531,6 +531,7 @@ class HFLightningTrainer(
         ignore_keys_for_eval: list[str] | None = None,
     ) -> TrainOutput:
         """Train with Lightning's loop, reproducing the reference's steps, logs and metrics."""
+        # lazy: Lightning loads when a run starts, not at `from hf_lightning import Trainer`
         from hf_lightning.engine.training_run import TrainingRun
 
         outer_run, self._training_run = self._training_run, TrainingRun(self, trial, ignore_keys_for_eval)

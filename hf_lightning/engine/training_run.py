@@ -18,18 +18,20 @@ import torch
 
 import hf_lightning.engine.schedule as schedule
 from hf_lightning.args.user_warnings import user_stacklevel
+from hf_lightning.callbacks import TrainerState
 from hf_lightning.checkpoint.connector import CheckpointConnector
 from hf_lightning.checkpoint.resume_connector import ResumeConnector
-from hf_lightning.engine.devices import empty_device_cache, is_out_of_memory
+from hf_lightning.core.devices import empty_device_cache, is_out_of_memory
+from hf_lightning.core.outputs import TrainOutput
+from hf_lightning.core.protocols import TrainerLike
+from hf_lightning.core.seeding import seed_from_args
 from hf_lightning.engine.lightning_bridge import build_lightning_trainer, engine_design_warnings_silenced
 from hf_lightning.engine.logging_connector import LoggingConnector
 from hf_lightning.engine.module import HFLightningModule
-from hf_lightning.engine.outputs import TrainOutput
-from hf_lightning.engine.protocols import TrainerLike
-from hf_lightning.engine.seeding import seed_from_args
 from hf_lightning.engine.signals import SignalScope, keyboard_interrupt_of
 from hf_lightning.engine.special_tokens import align_special_tokens
 from hf_lightning.evaluation.connector import EvaluationConnector
+from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.logger_adapters import send_run_texts
 
 logger = logging.getLogger(__name__)
@@ -133,8 +135,6 @@ class TrainingRun:
 
     def _fit_attempt(self) -> TrainOutput:
         """The reference's `_inner_training_loop`: schedule, state, Lightning trainer, `fit`, then the summary."""
-        from hf_lightning.callbacks import TrainerState
-
         trainer = self.facade
         args = trainer.args
         trainer.model_wrapped = trainer.model
@@ -211,8 +211,6 @@ class TrainingRun:
 
     def _finalize(self) -> TrainOutput:
         """The reference's end of training: `train_loss`, speed and memory metrics, best model, `on_train_end`."""
-        from hf_lightning.evaluation.helpers import speed_metrics
-
         trainer = self.facade
         num_steps_trained = trainer.state.global_step - self.initial_global_step
         train_loss = self.logging.training_loss(num_steps_trained)

@@ -7,8 +7,8 @@ overridable `_evaluate` and `_determine_best_metric` with the run's trial and ig
 
 from __future__ import annotations
 
-from hf_lightning.args.enums import enum_value
-from hf_lightning.engine.protocols import RunLike, TrainerLike
+from hf_lightning.core.enums import enum_value
+from hf_lightning.core.protocols import RunLike, TrainerLike
 
 
 class EvaluationConnector:

@@ -8,7 +8,6 @@ and accelerate are not imported.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -16,13 +15,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from hf_lightning.args.deepspeed_config import get_value
 from hf_lightning.data.dataloaders import DispatchingDataLoader, HFDataLoader
 from hf_lightning.data.iterable_sharding import slice_batch
 
 __all__ = [
     "EvalLoopContainer",
     "atleast_1d",
-    "autocast_forward",
     "deepspeed_input_dtype",
     "denumpify_detensorize",
     "drop_last_batch_padding",
@@ -313,55 +312,6 @@ def drop_last_batch_padding(data: Any, is_last_batch: bool, remainder: int) -> A
         return data
 
 
-def _convert_outputs_to_fp32(outputs: Any) -> Any:
-    """Cast the float16 / bfloat16 tensors of a (nested) model output to float32."""
-    if isinstance(outputs, torch.Tensor):
-        return outputs.float() if outputs.dtype in (torch.float16, torch.bfloat16) else outputs
-    if isinstance(outputs, tuple) and hasattr(outputs, "_fields"):
-        return type(outputs)(*(_convert_outputs_to_fp32(item) for item in outputs))
-    if isinstance(outputs, (list, tuple)):
-        return type(outputs)(_convert_outputs_to_fp32(item) for item in outputs)
-    if isinstance(outputs, Mapping):
-        converted = {key: _convert_outputs_to_fp32(value) for key, value in outputs.items()}
-        try:
-            return type(outputs)(converted)
-        except TypeError:
-            return converted
-    return outputs
-
-
-@contextlib.contextmanager
-def autocast_forward(model: torch.nn.Module, device_type: str, dtype: torch.dtype | None) -> Iterator[None]:
-    """Run `model`'s forward under `torch.autocast(device_type, dtype)` and return float32 outputs, while inside.
-
-    accelerate wraps a prepared model's forward this way when `fp16` / `bf16` mixed precision is on, so the
-    reference evaluates in mixed precision and returns float32 logits; the loss code outside the forward runs
-    without autocast. `dtype=None` does nothing.
-    """
-    if dtype is None:
-        yield
-        return
-    contexts: list[Any] = []
-
-    def enter(module: torch.nn.Module, args: Any) -> None:
-        context = torch.autocast(device_type=device_type, dtype=dtype)
-        context.__enter__()
-        contexts.append(context)
-
-    def leave(module: torch.nn.Module, args: Any, output: Any) -> Any:
-        # `always_call=True` runs this even when the forward raises, so autocast never leaks.
-        contexts.pop().__exit__(None, None, None)
-        return _convert_outputs_to_fp32(output)
-
-    pre_handle = model.register_forward_pre_hook(enter)
-    post_handle = model.register_forward_hook(leave, always_call=True)
-    try:
-        yield
-    finally:
-        pre_handle.remove()
-        post_handle.remove()
-
-
 # --- small predicates of the evaluation loop ------------------------------------------------------------
 
 
@@ -389,8 +339,6 @@ def deepspeed_input_dtype(args: Any) -> torch.dtype:
     Read from `args.hf_deepspeed_config` (the config after the arguments filled its "auto" values, before accelerate
     adds its own `fp16` / `bf16` sections), which is the config the reference takes its dtype from.
     """
-    from hf_lightning.strategies.deepspeed.config import get_value
-
     config = getattr(args, "hf_deepspeed_config", None) or {}
     if get_value(config, "bf16.enabled"):
         return torch.bfloat16

@@ -18,13 +18,12 @@ import torch
 from torch import nn
 
 import hf_lightning.strategies.distributed as distributed
+from hf_lightning.core.autocast import autocast_forward, planned_autocast_dtype
+from hf_lightning.core.devices import empty_device_cache, is_out_of_memory
+from hf_lightning.core.outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
 from hf_lightning.data.sized import has_length
-from hf_lightning.engine.devices import empty_device_cache, is_out_of_memory
-from hf_lightning.engine.outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
-from hf_lightning.engine.precision import planned_autocast_dtype
 from hf_lightning.evaluation.helpers import (
     EvalLoopContainer,
-    autocast_forward,
     deepspeed_input_dtype,
     denumpify_detensorize,
     drop_last_batch_padding,

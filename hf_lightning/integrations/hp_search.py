@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hf_lightning.args.enums import ExplicitEnum, ParallelMode, enum_value
-from hf_lightning.engine.devices import empty_device_cache
-from hf_lightning.engine.outputs import BestRun
-from hf_lightning.strategies.deepspeed.config import deepspeed_fill_at_construction, load_deepspeed_config
+import hf_lightning.strategies.distributed as distributed
+from hf_lightning.args.deepspeed_config import deepspeed_fill_at_construction, load_deepspeed_config
+from hf_lightning.core.devices import empty_device_cache
+from hf_lightning.core.enums import ExplicitEnum, ParallelMode, enum_value
+from hf_lightning.core.outputs import BestRun
+from hf_lightning.translation.translate import translate
 
 if TYPE_CHECKING:
     import optuna
@@ -173,8 +175,6 @@ class HyperparameterSearchMixin:
 
     def create_accelerator_and_postprocess(self) -> None:
         """Rebuild the Lightning plan from `args` (the reference rebuilds its accelerator here, per trial)."""
-        from hf_lightning.translation.translate import translate
-
         self.plan = translate(self.args)
 
     def _refresh_deepspeed_config(self) -> None:
@@ -232,7 +232,6 @@ def run_hp_search_optuna(
 ) -> BestRun | list[BestRun] | None:
     """The reference's optuna runner. Under DDP, rank 0 samples and broadcasts each trial; the others return None."""
     optuna = import_optuna()
-    import hf_lightning.strategies.distributed as distributed
 
     if trainer.args.world_size > 1:
         distributed.ensure_process_group(trainer.args)

@@ -22,8 +22,8 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-from hf_lightning.args.enums import enum_value
-from hf_lightning.checkpoint.files import (
+from hf_lightning.checkpoint.saving import training_args_to_plain_dict
+from hf_lightning.core.checkpoint_files import (
     ADAPTER_SAFE_WEIGHTS_NAME,
     ADAPTER_WEIGHTS_NAME,
     COMPLETE_MARKER_NAME,
@@ -33,6 +33,8 @@ from hf_lightning.checkpoint.files import (
     WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
 )
+from hf_lightning.core.enums import enum_value
+from hf_lightning.core.version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -111,8 +113,6 @@ class HubMixin:
         api = self.__dict__.get("_hub_api")
         if api is None:
             from huggingface_hub import HfApi
-
-            from hf_lightning import __version__
 
             api = HfApi(library_name="hf_lightning", library_version=__version__)
             self._hub_api = api
@@ -208,8 +208,6 @@ class HubMixin:
         if self.processing_class is not None:
             self.processing_class.save_pretrained(output_dir)
         import torch
-
-        from hf_lightning.checkpoint.saving import training_args_to_plain_dict
 
         torch.save(training_args_to_plain_dict(self.args), os.path.join(output_dir, TRAINING_ARGS_NAME))
 

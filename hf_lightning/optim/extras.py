@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from hf_lightning.args.enums import enum_value
 from hf_lightning.args.parallel import str_to_bool
+from hf_lightning.core.enums import enum_value
 from hf_lightning.optim.context import OptimizerContext
 
 logger = logging.getLogger(__name__)

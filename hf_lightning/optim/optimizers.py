@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hf_lightning.args.enums import enum_value
+from hf_lightning.core.enums import enum_value
 from hf_lightning.optim.adafactor import Adafactor
 from hf_lightning.optim.context import OptimizerContext
 

@@ -18,7 +18,7 @@ from typing import Any
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler, ReduceLROnPlateau
 
-from hf_lightning.args.enums import enum_value
+from hf_lightning.core.enums import enum_value
 from hf_lightning.optim.extras import LayerWiseDummyOptimizer
 from hf_lightning.optim.greedy_lr import GreedyLR
 

@@ -42,18 +42,22 @@ def build_strategy(plan: Plan, model: Any) -> Any:
         return "auto"
     name = plan.strategy.name
     if name == "ddp":
+        # lazy: only the planned strategy's Lightning classes load
         from hf_lightning.strategies.ddp import MicroBatchDDPStrategy
 
         return MicroBatchDDPStrategy(**resolve_ddp_kwargs(plan, model))
     if name in ("fsdp", "fsdp2"):
+        # lazy: only the planned strategy's Lightning classes load
         from hf_lightning.strategies.fsdp.strategy import build_fsdp_strategy
 
         return build_fsdp_strategy(plan, model)
     if name == "tp":
+        # lazy: only the planned strategy's Lightning classes load
         from hf_lightning.strategies.tensor_parallel.strategy import build_tp_strategy
 
         return build_tp_strategy(plan)
     if name == "deepspeed":
+        # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
         from hf_lightning.strategies.deepspeed.strategy import build_deepspeed_strategy
 
         return build_deepspeed_strategy(plan, model)

@@ -1,7 +1,7 @@
 """The process group and the collectives evaluation needs (accelerate's `gather` / `pad_across_processes`).
 
 One place creates the default `torch.distributed` process group (`ensure_process_group`, from
-`hf_lightning/strategies/group.py`): evaluate() and
+`hf_lightning/args/process_group.py`): evaluate() and
 predict() may run before any `train()`, i.e. before Lightning's DDP strategy would create it. Lightning
 reuses a group that is already initialised. The collectives below mirror accelerate's, which the reference's
 evaluation loop calls: tensors gathered in rank order on dim 0, padded across processes with a pad value.
@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from hf_lightning.args.process_group import ensure_process_group
 from hf_lightning.data.sized import has_length
-from hf_lightning.strategies.group import ensure_process_group
+from hf_lightning.translation.translate import planned_settings
 
 if TYPE_CHECKING:
     from hf_lightning.translation.plan import ModuleSettings
@@ -145,8 +146,6 @@ def check_even_eval_shards(args: Any, dataset: Any, settings: ModuleSettings | N
     With `accelerator_config.even_batches=False` and a dataset size that is not a multiple of the global
     eval batch, the processes get different numbers (or sizes) of batches.
     """
-    from hf_lightning.translation.translate import planned_settings
-
     settings = planned_settings(args, settings)
     total_batch_size = args.eval_batch_size * args.world_size
     if (

@@ -18,11 +18,12 @@ import subprocess
 import sys
 from typing import Any
 
+from hf_lightning.args.process import _launched
+
 logger = logging.getLogger(__name__)
 
 
 def _already_launched() -> bool:
-    from hf_lightning.args.process import _launched
 
     return _launched()
 

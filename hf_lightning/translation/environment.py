@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hf_lightning.args.launcher import launch_layout
+
 # Optional packages whose presence changes a decision (liger kernels, DeepSpeed).
 OPTIONAL_PACKAGES = ("liger_kernel", "deepspeed")
 _LAUNCHER_VARS = ("LOCAL_RANK", "RANK")
@@ -70,7 +72,6 @@ class Environment:
         import torch
 
         cuda = torch.cuda.is_available()
-        from hf_lightning.args.launcher import launch_layout
 
         layout = launch_layout()
         if layout is not None and layout.source == "torchrun":

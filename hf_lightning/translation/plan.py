@@ -135,7 +135,7 @@ class Plan:
     `lightning.as_kwargs()` is accepted by `lightning.Trainer` as is; when `strategy` is not None the
     facade passes `strategy=build_strategy(plan, model)` instead of the name it holds, and
     `logger=build_loggers(plan)` when `loggers` is not empty. Logger specs are the plain dicts
-    `hf_lightning.integrations.loggers.logger_specs` makes.
+    `hf_lightning.translation.logger_specs.logger_specs` makes.
     """
 
     module: ModuleSettings

@@ -11,7 +11,7 @@ from trl.trainer.base_config import _BaseConfig
 from trl.trainer.base_trainer import _BaseTrainer
 
 from hf_lightning.args.training_args import TrainingArguments
-from hf_lightning.engine.seeding import set_seed as seed_everything_the_reference_way
+from hf_lightning.core.seeding import set_seed as seed_everything_the_reference_way
 from hf_lightning.engine.trainer import HFLightningTrainer
 from hf_lightning.trl.rebuild import rebuild_classes
 from hf_lightning.trl.stock_configs import accepting_stock_configs

@@ -7,7 +7,7 @@ import ast
 import inspect
 from pathlib import Path
 
-from hf_lightning.engine.protocols import TrainerLike
+from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.engine.trainer import HFLightningTrainer
 
 ROOT = Path(__file__).resolve().parents[2] / "hf_lightning"

@@ -15,8 +15,8 @@ from transformers import Seq2SeqTrainingArguments as RefSeq2SeqArgs
 from transformers import TrainingArguments as RefArgs
 
 from hf_lightning.args.accelerator_config import AcceleratorConfig
-from hf_lightning.args.enums import IntervalStrategy, OptimizerNames, ParallelMode, SaveStrategy
 from hf_lightning.args.training_args import Seq2SeqTrainingArguments, TrainingArguments, as_training_arguments
+from hf_lightning.core.enums import IntervalStrategy, OptimizerNames, ParallelMode, SaveStrategy
 
 _LAUNCH_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "ACCELERATE_USE_CPU", "ACCELERATE_MIXED_PRECISION")
 
@@ -66,7 +66,7 @@ def _cli_metadata(f: dataclasses.Field) -> dict:
 def test_enums_match_reference() -> None:
     from transformers import debug_utils, trainer_utils, training_args
 
-    import hf_lightning.args.enums as enums
+    import hf_lightning.core.enums as enums
 
     pairs = [
         (enums.IntervalStrategy, trainer_utils.IntervalStrategy),

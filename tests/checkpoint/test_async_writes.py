@@ -18,12 +18,11 @@ from lightning.pytorch.plugins.io import AsyncCheckpointIO
 
 from hf_lightning import TrainingArguments
 from hf_lightning.checkpoint.async_writes import BackgroundCheckpointWriter, copy_state
-from hf_lightning.checkpoint.files import (
+from hf_lightning.checkpoint.files import fault_hook, is_complete_checkpoint
+from hf_lightning.core.checkpoint_files import (
     COMPLETE_MARKER_NAME,
     SAFE_WEIGHTS_NAME,
     TRAINING_ARGS_NAME,
-    fault_hook,
-    is_complete_checkpoint,
     numpy_safe_globals,
 )
 from hf_lightning.engine.lightning_bridge import check_lightning_overrides

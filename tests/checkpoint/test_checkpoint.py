@@ -23,12 +23,7 @@ import torch
 
 import hf_lightning.checkpoint.files as checkpoint_files
 from hf_lightning.callbacks import ExportableState, TrainerCallback, TrainerControl, TrainerState
-from hf_lightning.checkpoint.files import (
-    COMPLETE_MARKER_NAME,
-    SAVE_POINTS,
-    fault_hook,
-    numpy_safe_globals,
-)
+from hf_lightning.checkpoint.files import SAVE_POINTS, fault_hook
 from hf_lightning.checkpoint.saving import (
     CheckpointMixin,
     checkpoints_to_delete,
@@ -37,6 +32,7 @@ from hf_lightning.checkpoint.saving import (
     is_complete_checkpoint,
     training_args_to_plain_dict,
 )
+from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME, numpy_safe_globals
 from tests.parity.models import make_regression_mlp, regression_data
 
 REFERENCE_FILES_PLAIN = [

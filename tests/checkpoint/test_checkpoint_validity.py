@@ -14,14 +14,12 @@ import re
 import pytest
 import torch
 
-from hf_lightning.checkpoint.files import (
+from hf_lightning.checkpoint.files import checkpoint_problem, checkpoints_to_delete, list_checkpoints
+from hf_lightning.core.checkpoint_files import (
     COMPLETE_MARKER_NAME,
     OPTIMIZER_NAME,
     SAFE_WEIGHTS_NAME,
     TRAINER_STATE_NAME,
-    checkpoint_problem,
-    checkpoints_to_delete,
-    list_checkpoints,
     safe_torch_load,
 )
 from tests.checkpoint.chosen_checkpoints import record_chosen_checkpoints

@@ -13,7 +13,7 @@ import pytest
 
 import hf_lightning.checkpoint.durability as durability
 from hf_lightning.checkpoint.durability import WritebackStarter, fsync_tree, writeback_while_writing
-from hf_lightning.checkpoint.files import COMPLETE_MARKER_NAME
+from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME
 from tests.checkpoint.test_resume_safety import train
 
 

@@ -20,16 +20,15 @@ import torch
 
 from hf_lightning import TrainingArguments
 from hf_lightning.callbacks import TrainerCallback
-from hf_lightning.checkpoint.files import (
+from hf_lightning.checkpoint.files import KILL_AT_ENV, is_complete_checkpoint
+from hf_lightning.core.checkpoint_files import (
     COMPLETE_MARKER_NAME,
-    KILL_AT_ENV,
     OPTIMIZER_NAME,
     SAFE_WEIGHTS_NAME,
     SCALER_NAME,
     SCHEDULER_NAME,
     TRAINING_ARGS_NAME,
     WEIGHTS_NAME,
-    is_complete_checkpoint,
 )
 from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.checkpoint.chosen_checkpoints import record_chosen_checkpoints

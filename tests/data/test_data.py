@@ -22,6 +22,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler as RefLengthGroup
 from transformers.trainer_pt_utils import get_length_grouped_indices as ref_get_length_grouped_indices
 from transformers.utils.generic import can_return_loss as ref_can_return_loss
 
+from hf_lightning.core.seeding import set_seed
 from hf_lightning.data.dataloaders import (
     build_eval_dataloader,
     build_train_dataloader,
@@ -35,7 +36,6 @@ from hf_lightning.data.model_inputs import (
     model_accepts_loss_kwargs,
     signature_columns,
 )
-from hf_lightning.engine.seeding import set_seed
 
 SEED_42_ORDERS = [
     [2, 6, 1, 8, 4, 5, 0, 9, 3, 7],

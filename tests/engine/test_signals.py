@@ -21,13 +21,8 @@ import transformers
 
 from hf_lightning import TrainingArguments
 from hf_lightning.callbacks import TrainerCallback
-from hf_lightning.checkpoint.files import (
-    COMPLETE_MARKER_NAME,
-    PAUSE_AT_ENV,
-    PAUSE_FDS_ENV,
-    checkpoint_problem,
-    list_checkpoints,
-)
+from hf_lightning.checkpoint.files import PAUSE_AT_ENV, PAUSE_FDS_ENV, checkpoint_problem, list_checkpoints
+from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME
 from hf_lightning.engine.signals import TERMINATED_MESSAGE
 from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.checkpoint.test_resume_safety import SETTINGS, assert_bit_identical, step_logs, train, weights

@@ -12,7 +12,6 @@ from transformers import trainer_utils as ref_utils
 
 import hf_lightning.evaluation.helpers as eval_utils
 from hf_lightning.data.sized import has_length
-from hf_lightning.engine.devices import is_out_of_memory
 
 
 def _assert_same(ours, ref):
@@ -224,43 +223,6 @@ def test_drop_last_batch_padding():
     nested = eval_utils.drop_last_batch_padding({"a": (torch.zeros(3, 2),)}, True, 2)
     assert nested["a"][0].shape == (2, 2)
     assert eval_utils.drop_last_batch_padding(["a", "b", "c"], True, 2) == ["a", "b"]
-
-
-def test_autocast_forward_runs_in_low_precision_and_returns_float32():
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 3)
-    x = torch.randn(2, 4)
-    with eval_utils.autocast_forward(model, "cpu", torch.bfloat16):
-        inside = model(x)
-    expected = torch.nn.functional.linear(
-        x.bfloat16(), model.weight.bfloat16(), model.bias.bfloat16()
-    ).float()
-    assert inside.dtype == torch.float32
-    torch.testing.assert_close(inside, expected)
-    # Hooks are removed on exit and after an error in the forward; autocast does not leak.
-    assert model(x).dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
-    with pytest.raises(RuntimeError), eval_utils.autocast_forward(model, "cpu", torch.bfloat16):
-        model(torch.randn(2, 5))
-    assert not torch.is_autocast_enabled("cpu")
-    assert not model._forward_hooks and not model._forward_pre_hooks
-
-
-@pytest.mark.parametrize(
-    "error",
-    [
-        RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"),
-        RuntimeError("MPS backend out of memory (MPS allocated: 1 GB)"),
-        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes"),
-        RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if ..."),
-        RuntimeError("CUDA out of memory.", "second argument"),
-        RuntimeError("shape mismatch"),
-        ValueError("CUDA out of memory."),
-    ],
-)
-def test_is_out_of_memory_matches_accelerate(error):
-    from accelerate.utils.memory import should_reduce_batch_size
-
-    assert is_out_of_memory(error) == should_reduce_batch_size(error)
 
 
 def test_metric_driven_schedulers_are_recognised():

@@ -22,9 +22,9 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from hf_lightning.callbacks import CallbackHandler, DefaultFlowCallback, TrainerControl, TrainerState
 from hf_lightning.callbacks import TrainerCallback as OurTrainerCallback
+from hf_lightning.core.outputs import EvalLoopOutput, PredictionOutput
 from hf_lightning.data.model_inputs import can_return_loss, infer_label_names, model_accepts_loss_kwargs
 from hf_lightning.engine.loss import count_items_in_window, extract_loss
-from hf_lightning.engine.outputs import EvalLoopOutput, PredictionOutput
 from hf_lightning.evaluation.loop import EvaluationMixin
 from hf_lightning.translation.translate import translate
 

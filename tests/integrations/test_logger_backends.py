@@ -22,16 +22,14 @@ from transformers.integrations.integration_utils import rewrite_logs as referenc
 
 from hf_lightning import TrainingArguments
 from hf_lightning.engine.trainer import HFLightningTrainer
-from hf_lightning.integrations.loggers import (
+from hf_lightning.integrations.loggers import build_loggers, resolve_wandb_mode, wandb_credentials_configured
+from hf_lightning.translation.environment import Environment
+from hf_lightning.translation.logger_specs import (
     SUPPORTED_LOGGERS,
-    build_loggers,
     default_mlflow_tracking_uri,
     logger_specs,
     requested_loggers,
-    resolve_wandb_mode,
-    wandb_credentials_configured,
 )
-from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.translate import translate
 from tests.parity.models import make_regression_mlp, regression_data
 

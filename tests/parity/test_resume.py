@@ -19,8 +19,8 @@ import transformers
 from torch import nn
 
 from hf_lightning import TrainingArguments
-from hf_lightning.checkpoint.files import COMPLETE_MARKER_NAME, OPTIMIZER_NAME
 from hf_lightning.checkpoint.resume_connector import ResumeConnector
+from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME, OPTIMIZER_NAME
 from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.checkpoint.chosen_checkpoints import record_chosen_checkpoints
 from tests.parity.models import (

@@ -19,6 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from hf_lightning.core.autocast import convert_outputs_to_fp32
+from hf_lightning.core.devices import empty_device_cache
+from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.engine.accelerator import collectives
 from hf_lightning.engine.accelerator import state as run_state
 from hf_lightning.engine.accelerator.state import (
@@ -27,7 +30,7 @@ from hf_lightning.engine.accelerator.state import (
     DistributedType,
     GradientStateView,
 )
-from hf_lightning.engine.protocols import TrainerLike
+from hf_lightning.strategies.fsdp.policies import gradient_sync_disabled
 from hf_lightning.translation.parallelism import parallelism_sizes
 
 _NO_COMPOSABLE_PARALLELISM = (
@@ -465,6 +468,7 @@ class LightningAccelerator:
         self, data_loader: torch.utils.data.DataLoader, device_placement: bool | None = None
     ):
         """This process's share of `data_loader`, batches on the device (see `prepare`)."""
+        # lazy: loads Lightning only when a subclass prepares a dataloader itself
         from hf_lightning.engine.accelerator.dataloader import PreparedDataLoader
 
         return PreparedDataLoader(self._trainer, data_loader, device_placement=device_placement is not False)
@@ -484,7 +488,6 @@ class LightningAccelerator:
     def no_sync(self, model: nn.Module) -> Iterator[None]:
         """No gradient all-reduce in the block's backward passes (DDP's / FSDP2's no_sync)."""
         if callable(getattr(model, "set_requires_gradient_sync", None)):
-            from hf_lightning.strategies.fsdp.policies import gradient_sync_disabled
 
             with gradient_sync_disabled(model):
                 yield
@@ -562,8 +565,6 @@ class LightningAccelerator:
 
     def free_memory(self, *objects: Any) -> list[None]:
         """Drop the references passed, collect garbage and empty the device cache; returns as many Nones."""
-        from hf_lightning.engine.devices import empty_device_cache
-
         released: list[None] = [None] * len(objects)
         del objects
         empty_device_cache(collect_garbage=True)
@@ -596,8 +597,6 @@ def _is_deepspeed_engine(model: Any) -> bool:
 
 def _wrap_forward_in_autocast(model: nn.Module, device_type: str, dtype: torch.dtype) -> None:
     """As accelerate's `prepare_model`: the forward autocasts and returns float32 outputs."""
-    from hf_lightning.evaluation.helpers import _convert_outputs_to_fp32
-
     model._original_forward = model.forward
     original = model.forward
 
@@ -605,7 +604,7 @@ def _wrap_forward_in_autocast(model: nn.Module, device_type: str, dtype: torch.d
     def forward(*args: Any, **kwargs: Any) -> Any:
         with torch.autocast(device_type=device_type, dtype=dtype):
             outputs = original(*args, **kwargs)
-        return _convert_outputs_to_fp32(outputs)
+        return convert_outputs_to_fp32(outputs)
 
     model.forward = forward
 

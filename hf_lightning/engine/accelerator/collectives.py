@@ -14,8 +14,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.engine.accelerator.state import lightning_strategy, num_processes
-from hf_lightning.engine.protocols import TrainerLike
 from hf_lightning.strategies import distributed
 
 _REDUCTIONS = ("sum", "mean", "max")

@@ -14,10 +14,10 @@ from typing import Any
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch.utils.data import DataLoader, IterableDataset
 
+from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.data.dataloaders import HFDataLoader, one_batch_ahead
 from hf_lightning.data.samplers import shard_batches
 from hf_lightning.engine.accelerator.state import num_processes, process_index, refuse_tensor_parallel_dealing
-from hf_lightning.engine.protocols import TrainerLike
 from hf_lightning.evaluation.helpers import last_batch_remainder
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from hf_lightning.engine.protocols import TrainerLike
+from hf_lightning.core.protocols import TrainerLike
+from hf_lightning.evaluation.helpers import last_batch_remainder
 from hf_lightning.strategies.tensor_parallel.state import trainer_tp_size
 
 
@@ -294,7 +295,6 @@ class GradientStateView:
         if self.active_dataloaders:
             loader = self.active_dataloaders[-1]
             return loader.end_of_dataloader, loader.remainder
-        from hf_lightning.evaluation.helpers import last_batch_remainder
 
         trainer = self._trainer
         if getattr(trainer, "_eval_in_loop", False):

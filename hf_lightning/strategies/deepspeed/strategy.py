@@ -34,13 +34,19 @@ import torch
 from lightning.pytorch.plugins.precision import DeepSpeedPrecision
 from lightning.pytorch.strategies import DeepSpeedStrategy
 
-from hf_lightning.data.model_inputs import is_peft_model
-from hf_lightning.strategies.deepspeed.config import (
+from hf_lightning.args.deepspeed_config import (
     ResolvedDeepSpeedConfig,
     config_owns_optimizer,
     config_owns_scheduler,
     finalize_deepspeed_config,
 )
+from hf_lightning.core.checkpoint_files import (
+    SAFE_WEIGHTS_NAME,
+    SCHEDULER_NAME,
+    WEIGHTS_NAME,
+    safe_torch_load,
+)
+from hf_lightning.data.model_inputs import is_peft_model
 from hf_lightning.strategies.deepspeed.safe_load import verify_engine_checkpoint
 from hf_lightning.strategies.process_group import process_group_kwargs
 
@@ -63,8 +69,7 @@ __all__ = [
     "save_deepspeed_optimizer_and_scheduler",
 ]
 
-_WEIGHTS_FILES = ("pytorch_model.bin", "model.safetensors")
-SCHEDULER_NAME = "scheduler.pt"
+_WEIGHTS_FILES = (WEIGHTS_NAME, SAFE_WEIGHTS_NAME)
 
 
 # ---------------------------------------------------------------- what the trainer holds
@@ -357,8 +362,6 @@ class HFDeepSpeedStrategy(DeepSpeedStrategy):
         checkpoint = files.checkpoint
         load_engine_checkpoint(self._engine, checkpoint, load_module_strict=not is_peft_model(facade.model))
         if not isinstance(facade.lr_scheduler, EngineSchedulerView):
-            from hf_lightning.checkpoint.files import safe_torch_load
-
             state = safe_torch_load(os.path.join(checkpoint, SCHEDULER_NAME))
             facade.lr_scheduler.load_state_dict(state)
 

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hf_lightning.core.checkpoint_files import SCHEDULER_NAME
 from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.fsdp.policies import is_fsdp1_model
 
@@ -323,8 +324,6 @@ def load_fsdp_resume_state(trainer: Any, files: Any) -> None:
     `_load_optimizer_and_scheduler`). `files` is resume's `ResumeFiles`; it lists `scheduler.pt` only when the FSDP
     optimizer files are there too."""
     import warnings
-
-    from hf_lightning.checkpoint.files import SCHEDULER_NAME
 
     trainer._load_from_checkpoint(files.checkpoint, trainer.model_wrapped)  # a subclass's override included
     if SCHEDULER_NAME in files.names:

@@ -8,6 +8,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from hf_lightning.args.parallel import apply_legacy_fsdp_to_config, str_to_bool
 from hf_lightning.translation.parallelism import (
     mesh_description,
     parallelism_refusal,
@@ -131,7 +132,6 @@ _WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
 
 
 def _truth(value: Any, key: str) -> bool:
-    from hf_lightning.args.parallel import str_to_bool
 
     try:
         return str_to_bool(str(value).lower())
@@ -145,8 +145,6 @@ def fsdp_plugin_args(args: Any) -> dict[str, Any]:
 
     Raises ValueError naming the key for a value the reference refuses.
     """
-    from hf_lightning.args.parallel import apply_legacy_fsdp_to_config
-
     config = fsdp_config(args)
     legacy = getattr(args, "fsdp", None)
     if isinstance(legacy, (str, list)):  # processed arguments hold True; a raw string comes from setattr
@@ -331,9 +329,9 @@ def _fsdp_config(field: str, value: Any, ctx: Context) -> Decision:
 
 # ------------------------------------------------------------------ DeepSpeed
 
-# The config resolution lives in hf_lightning.strategies.deepspeed.config (pure dict work; `resolve_deepspeed_config` is
+# The config resolution lives in hf_lightning.args.deepspeed_config (pure dict work; `resolve_deepspeed_config` is
 # re-exported here for older importers).
-from hf_lightning.strategies.deepspeed.config import (  # noqa: E402
+from hf_lightning.args.deepspeed_config import (  # noqa: E402
     config_owns_optimizer,
     config_owns_scheduler,
     is_offload,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hf_lightning.integrations.loggers import logger_specs, requested_loggers
+from hf_lightning.translation.logger_specs import logger_specs, requested_loggers
 from hf_lightning.translation.registry.core import (
     Context,
     Decision,

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hf_lightning.args.launcher import launch_layout
+
 __all__ = ["default_backend", "ensure_process_group"]
 
 _LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT")
@@ -70,8 +72,6 @@ def ensure_process_group(args: Any) -> bool:
 def _fill_slurm_address() -> None:
     """Under `srun` (no torchrun), MASTER_ADDR / MASTER_PORT as Lightning's SLURMEnvironment derives them (the
     first node of SLURM_NODELIST, a port from SLURM_JOB_ID), so a group created here is the one Lightning joins."""
-    from hf_lightning.args.launcher import launch_layout
-
     layout = launch_layout()
     if layout is None or layout.source != "slurm":
         return

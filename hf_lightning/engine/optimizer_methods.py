@@ -112,6 +112,7 @@ class OptimizerMixin:
 
     def _get_learning_rate(self) -> float:
         if getattr(self, "is_deepspeed_enabled", False):  # 0 until fp16 loss-scale warm-up steps (reference)
+            # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
             from hf_lightning.strategies.deepspeed.strategy import engine_learning_rate
 
             return engine_learning_rate(self.lr_scheduler)

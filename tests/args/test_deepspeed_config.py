@@ -19,7 +19,7 @@ from accelerate.utils import DeepSpeedPlugin
 from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, deepspeed_optim_sched
 
 from hf_lightning import TrainingArguments
-from hf_lightning.strategies.deepspeed.config import (
+from hf_lightning.args.deepspeed_config import (
     apply_plugin_defaults,
     fill_at_argument_time,
     fill_at_train_start,
