@@ -27,7 +27,6 @@ from typing import Any
 from hf_lightning.checkpoint.files import clean_scratch_folders, reach
 from hf_lightning.core.checkpoint_files import rng_state_file_name
 from hf_lightning.strategies.distributed import is_distributed
-from hf_lightning.strategies.tensor_parallel.state import trainer_tp_size
 
 logger = logging.getLogger(__name__)
 
@@ -244,11 +243,7 @@ class BackgroundCheckpointWriter:
 
     def submit(self, facade: Any, save: PendingSave) -> None:
         """Copy the state now and write it in the background (after the previous write, waited for). All ranks."""
-        if (
-            getattr(facade, "is_deepspeed_enabled", False)
-            or getattr(facade, "is_fsdp_enabled", False)
-            or trainer_tp_size(facade) > 1
-        ):
+        if not facade._checkpoint_io.supports_background_writes:
             raise ValueError(
                 "AsyncCheckpointIO in lightning_trainer_overrides['plugins'] supports single-process and DDP "
                 "runs; DeepSpeed, FSDP and tensor-parallel checkpoints gather across ranks while saving. Remove the plugin."

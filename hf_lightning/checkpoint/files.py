@@ -328,32 +328,6 @@ def newest_valid_checkpoint(folder: str) -> tuple[str | None, list[tuple[str, st
     return None, skipped
 
 
-def read_model_state_dict(checkpoint_dir: str) -> dict | None:
-    """The model weights saved in `checkpoint_dir`, on CPU and without unpickling code; None when it holds none."""
-    import safetensors.torch
-
-    safe_path = os.path.join(checkpoint_dir, SAFE_WEIGHTS_NAME)
-    if os.path.isfile(safe_path):
-        return safetensors.torch.load_file(safe_path, device="cpu")
-    for index_name, safe in ((SAFE_WEIGHTS_INDEX_NAME, True), (WEIGHTS_INDEX_NAME, False)):
-        index_path = os.path.join(checkpoint_dir, index_name)
-        if os.path.isfile(index_path):
-            with open(index_path, encoding="utf-8") as f:
-                shards = sorted(set(json.load(f)["weight_map"].values()))
-            state_dict: dict = {}
-            for shard in shards:
-                shard_path = os.path.join(checkpoint_dir, shard)
-                if safe:
-                    state_dict.update(safetensors.torch.load_file(shard_path, device="cpu"))
-                else:
-                    state_dict.update(safe_torch_load(shard_path))
-            return state_dict
-    bin_path = os.path.join(checkpoint_dir, WEIGHTS_NAME)
-    if os.path.isfile(bin_path):
-        return safe_torch_load(bin_path)
-    return None
-
-
 # ---- rotation ----------------------------------------------------------------------------------------------
 
 

@@ -13,67 +13,41 @@ the first window of the resumed epoch, or at its start when nothing is skipped).
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
 import random
-import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import hf_lightning.strategies.fsdp.checkpoint as fsdp_checkpoint
 from hf_lightning.callbacks import TrainerControl, TrainerState
 from hf_lightning.checkpoint.files import (
     checkpoint_problem,
     clean_scratch_folders,
     newest_valid_checkpoint,
-    read_model_state_dict,
     rng_state_problem,
     trainer_state_problem,
     weights_problem,
 )
 from hf_lightning.core.checkpoint_files import (
-    ADAPTER_SAFE_WEIGHTS_NAME,
-    ADAPTER_WEIGHTS_NAME,
     COMPLETE_MARKER_NAME,
     OPTIMIZER_NAME,
-    SAFE_WEIGHTS_INDEX_NAME,
-    SAFE_WEIGHTS_NAME,
     SCALER_NAME,
-    SCHEDULER_NAME,
     TRAINER_STATE_NAME,
-    WEIGHTS_INDEX_NAME,
-    WEIGHTS_NAME,
     rng_state_file_name,
     safe_torch_load,
 )
 from hf_lightning.core.enums import enum_value
 from hf_lightning.core.protocols import RunLike, TrainerLike
 from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, read_position_record
+from hf_lightning.strategies.checkpoint_io import optimizer_map_location
 from hf_lightning.strategies.distributed import barrier
-from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
-from hf_lightning.strategies.tensor_parallel.state import (
-    is_tp_sharded,
-    load_full_optimizer_state,
-    load_full_state_dict,
-)
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
 logger = logging.getLogger(__name__)
-
-_WEIGHTS_FILES = (
-    SAFE_WEIGHTS_NAME,
-    WEIGHTS_NAME,
-    SAFE_WEIGHTS_INDEX_NAME,
-    WEIGHTS_INDEX_NAME,
-    ADAPTER_SAFE_WEIGHTS_NAME,
-    ADAPTER_WEIGHTS_NAME,
-)
-
 
 @dataclass
 class ResumeFiles:
@@ -133,29 +107,20 @@ def prepare_resume(
             f"resume_from_checkpoint={resume_from_checkpoint!r}: pass True (the newest checkpoint in output_dir), "
             "a checkpoint folder path, or None."
         )
-    weights_files = [name for name in _WEIGHTS_FILES if os.path.isfile(os.path.join(checkpoint, name))]
-    # FSDP: the weights and the optimizer load into the wrapped model at train start (strategies/fsdp/checkpoint.py).
-    fsdp = is_fsdp_plan(getattr(trainer, "plan", None))
-    # DeepSpeed: the engine loads its own checkpoint (`global_step*`: weights, optimizer, engine scheduler) once it
-    # exists, as the reference's `deepspeed_load_checkpoint`; the weights file is neither needed nor read here.
-    deepspeed = bool(getattr(trainer, "is_deepspeed_enabled", False))
-    if deepspeed:
-        if not glob.glob(os.path.join(checkpoint, "global_step*")):
-            raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
-    elif not weights_files and not (fsdp and fsdp_checkpoint.fsdp_model_files_present(checkpoint)):
-        raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
-    if fsdp:
-        fsdp_checkpoint.check_resumable(trainer, checkpoint)
+    # The strategy's files: FSDP loads into the wrapped model and DeepSpeed's engine its own checkpoint at train
+    # start, one process or DDP reads model.safetensors now (strategies/checkpoint_io.py).
+    io = trainer._checkpoint_io
+    io.check_resumable(trainer, checkpoint)
     state_path = os.path.join(checkpoint, TRAINER_STATE_NAME)
     if not os.path.isfile(state_path):
         raise ValueError(
             f"Can't resume from {checkpoint}: it has no {TRAINER_STATE_NAME}, so the step to continue from is "
             "unknown. Resume from a checkpoint written by Trainer.train(), or start a fresh run."
         )
-    names = _torch_files_to_restore(args, checkpoint, fsdp)
+    names = _torch_files_to_restore(args, checkpoint, io.optimizer_files(checkpoint))
     if resume_from_checkpoint is not True:  # True chose a checkpoint that passed checkpoint_problem just now
         problem = _explicit_checkpoint_problem(
-            checkpoint, weights_required=not (fsdp or deepspeed), read_next=names
+            checkpoint, weights_required=io.weights_files_required, read_next=names
         )
         if problem is not None:
             raise ValueError(_refusal(checkpoint, problem))
@@ -164,14 +129,14 @@ def prepare_resume(
     for name in files.names:
         try:
             files.loaded[name] = files.take(
-                name, _optimizer_map_location(args) if name == OPTIMIZER_NAME else "cpu"
+                name, optimizer_map_location(args) if name == OPTIMIZER_NAME else "cpu"
             )
         except ValueError as error:  # safe_torch_load's refusal, naming the file
             raise ValueError(_refusal(checkpoint, str(error))) from error
     position_path = os.path.join(checkpoint, DATASET_POSITION_NAME)
     if os.path.isfile(position_path) and not args.ignore_data_skip:
         files.dataset_position = read_position_record(position_path)
-    if not (fsdp or deepspeed):  # as the reference: FSDP loads once the model is wrapped, DeepSpeed never here
+    if io.loads_weights_before_training:  # the reference's moment: before the optimizer exists
         trainer._load_from_checkpoint(checkpoint)
     if args.auto_find_batch_size:
         saved_batch_size = TrainerState.load_from_json(state_path).train_batch_size
@@ -220,40 +185,7 @@ def _explicit_checkpoint_problem(
     return problem
 
 
-def load_model_weights(trainer: TrainerLike, checkpoint: str, model: Any) -> None:
-    """The reference's `_load_from_checkpoint` for a single-process / DDP model: non-strict load from CPU.
-
-    Called through the facade's `_load_from_checkpoint` (a subclass's override replaces it); FSDP loads the
-    checkpoint into the wrapped model at train start, DeepSpeed's engine loads its own.
-    """
-    logger.info(f"Loading model from {checkpoint}.")
-    _warn_on_version_mismatch(checkpoint)
-    present = [name for name in _WEIGHTS_FILES if os.path.isfile(os.path.join(checkpoint, name))]
-    if not present:
-        raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
-    whole_file = SAFE_WEIGHTS_NAME in present or WEIGHTS_NAME in present
-    adapter_only = not whole_file and set(present) <= {ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME}
-    if adapter_only:
-        if not (callable(getattr(model, "load_adapter", None)) and hasattr(model, "active_adapters")):
-            raise ValueError(
-                f"{checkpoint} holds only adapter weights ({', '.join(present)}), but the model is not a PEFT "
-                "model; resume with the PEFT-wrapped model that wrote it."
-            )
-        active_adapters = model.active_adapters
-        if len(active_adapters) > 1:
-            logger.warning("Multiple active adapters detected will only consider the first adapter")
-        model.load_adapter(checkpoint, active_adapters[0], is_trainable=True)
-        return
-    state_dict = read_model_state_dict(checkpoint)
-    if is_tp_sharded(model):  # a later train() call: the full weights sliced like the DTensor shards
-        load_result = load_full_state_dict(model, state_dict)
-    else:
-        load_result = model.load_state_dict(state_dict, False)
-    del state_dict
-    trainer._issue_warnings_after_load(load_result)
-
-
-def _warn_on_version_mismatch(checkpoint: str) -> None:
+def warn_on_version_mismatch(checkpoint: str) -> None:
     config_file = os.path.join(checkpoint, "config.json")
     if not os.path.isfile(config_file):
         return
@@ -272,22 +204,9 @@ def _warn_on_version_mismatch(checkpoint: str) -> None:
         )
 
 
-def _torch_files_to_restore(args: Any, checkpoint: str, fsdp: bool = False) -> list[str]:
-    """Optimizer + scheduler (only both), scaler and this process's RNG file, as far as they exist."""
-    names = []
-    has_optimizer = os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME))
-    if fsdp:  # FSDP's optimizer files are read at train start; the scheduler is listed only alongside them
-        if fsdp_checkpoint.fsdp_optimizer_files_present(checkpoint) and os.path.isfile(
-            os.path.join(checkpoint, SCHEDULER_NAME)
-        ):
-            names.append(SCHEDULER_NAME)
-    elif not has_optimizer and _has_sharded_optimizer(checkpoint):
-        raise ValueError(
-            f"{checkpoint} holds an FSDP / DeepSpeed optimizer state, which hf_lightning cannot resume yet; "
-            "resume it with the library that wrote it."
-        )
-    elif has_optimizer and os.path.isfile(os.path.join(checkpoint, SCHEDULER_NAME)):
-        names += [OPTIMIZER_NAME, SCHEDULER_NAME]
+def _torch_files_to_restore(args: Any, checkpoint: str, optimizer_files: list[str]) -> list[str]:
+    """The strategy's optimizer and scheduler files, the scaler and this process's RNG file, as far as they exist."""
+    names = list(optimizer_files)
     if os.path.isfile(os.path.join(checkpoint, SCALER_NAME)):
         names.append(SCALER_NAME)
     rng_name = rng_state_file_name(args.world_size, args.process_index)
@@ -304,20 +223,6 @@ def _torch_files_to_restore(args: Any, checkpoint: str, fsdp: bool = False) -> l
             "fashion, reproducibility is not guaranteed."
         )
     return names
-
-
-def _has_sharded_optimizer(checkpoint: str) -> bool:
-    if os.path.isfile(os.path.join(checkpoint, "optimizer.bin")):
-        return True
-    return os.path.isdir(checkpoint) and any(
-        "optimizer" in name and os.path.isdir(os.path.join(checkpoint, name))
-        for name in os.listdir(checkpoint)
-    )
-
-
-def _optimizer_map_location(args: Any) -> Any:
-    # The reference: CPU for one process (no GPU memory spike), each process's device when distributed.
-    return args.device if args.world_size > 1 and args.device.type != "cpu" else "cpu"
 
 
 # ---- the trainer state (the reference's `_init_training_state`) ------------------------------------------------
@@ -437,19 +342,8 @@ def load_optimizer_and_scheduler(
     if point is None:
         return
     files = point.files
-    names = files.names
-    if is_fsdp_plan(trainer.plan):  # model, optimizer and scheduler into what the FSDP strategy wrapped
-        fsdp_checkpoint.load_fsdp_resume_state(trainer, files)
-    elif OPTIMIZER_NAME in names:
-        if is_tp_sharded(trainer.model):  # full states, sliced like the parameters
-            optimizer = getattr(trainer.optimizer, "_optimizer", trainer.optimizer)
-            load_full_optimizer_state(optimizer, files.take(OPTIMIZER_NAME))
-        else:
-            trainer.optimizer.load_state_dict(files.take(OPTIMIZER_NAME, _optimizer_map_location(trainer.args)))
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
-            trainer.lr_scheduler.load_state_dict(files.take(SCHEDULER_NAME))
-    if SCALER_NAME in names:
+    trainer._checkpoint_io.load_optimizer_and_scheduler(trainer, files)  # as the strategy holds them
+    if SCALER_NAME in files.names:
         scaler = getattr(lightning_trainer.precision_plugin, "scaler", None)
         if scaler is None:
             logger.warning(

@@ -30,46 +30,27 @@ from hf_lightning.checkpoint.files import (
     is_complete_checkpoint,
     list_checkpoints,
     reach,
-    read_model_state_dict,
     rotate_checkpoints,
     temporary_checkpoint_dir,
     write_complete_marker,
 )
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
 from hf_lightning.checkpoint.output_folder import apply_umask, write_failure
-from hf_lightning.checkpoint.resume import load_model_weights
+from hf_lightning.checkpoint.resume import warn_on_version_mismatch
 from hf_lightning.checkpoint.save_imports import deepspeed_probe_skipped_while_unloaded
 from hf_lightning.core.checkpoint_files import (
-    ADAPTER_SAFE_WEIGHTS_NAME,
-    ADAPTER_WEIGHTS_NAME,
-    OPTIMIZER_NAME,
     SAFE_WEIGHTS_NAME,
     SCALER_NAME,
-    SCHEDULER_NAME,
     TRAINER_STATE_NAME,
     TRAINING_ARGS_NAME,
-    WEIGHTS_NAME,
     checkpoint_folder_name,
     rng_state_file_name,
 )
 from hf_lightning.core.enums import enum_value
 from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, write_position_record
-from hf_lightning.data.model_inputs import is_peft_model
+from hf_lightning.strategies.build import checkpoint_io_for
+from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO
 from hf_lightning.strategies.distributed import barrier
-from hf_lightning.strategies.fsdp.checkpoint import (
-    load_fsdp_model,
-    save_fsdp_model,
-    save_fsdp_optimizer,
-    save_fsdp_weights,
-)
-from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
-from hf_lightning.strategies.tensor_parallel.state import (
-    full_optimizer_state,
-    full_state_dict,
-    is_tp_sharded,
-    load_full_state_dict,
-    trainer_tp_size,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -290,37 +271,9 @@ class CheckpointMixin(MetricsIOMixin):
             self.state.best_model_checkpoint = best_dir
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        """`optimizer.pt` and `scheduler.pt` (their `state_dict()`), on the processes allowed to save."""
-        import torch
-
-        if getattr(self, "is_deepspeed_enabled", False):  # every rank: the engine's files (+ scheduler.pt)
-            # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
-            from hf_lightning.strategies.deepspeed.strategy import save_deepspeed_optimizer_and_scheduler
-
-            save_deepspeed_optimizer_and_scheduler(self, output_dir)
-            return
-        tensor_parallel = _tensor_parallel(self)
-        if tensor_parallel:  # every rank gathers the shards; rank 0 writes a one-process optimizer.pt
-
-            optimizer_state = full_optimizer_state(self.optimizer)
-            if self.args.should_save:
-                reach("optimizer")
-                torch.save(optimizer_state, os.path.join(output_dir, OPTIMIZER_NAME))
-        fsdp = getattr(self, "is_fsdp_enabled", False)
-        if fsdp:  # every rank: FSDP's model and optimizer files, named as accelerate names them
-
-            save_fsdp_model(self, output_dir)
-            save_fsdp_optimizer(self, output_dir)
-        if not self.args.should_save:
-            return
-        if not fsdp and not tensor_parallel:
-            reach("optimizer")
-            torch.save(self.optimizer.state_dict(), os.path.join(output_dir, OPTIMIZER_NAME))
-        reach("scheduler")
-        with warnings.catch_warnings():
-            # torch warns that a scheduler's state is saved without the optimizer's; the reference hides it too.
-            warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
-            torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+        """The optimizer and scheduler states, as the strategy holds and names them (`optimizer.pt` and
+        `scheduler.pt` for one process or DDP). All ranks: a sharded strategy gathers or writes its shards."""
+        self._checkpoint_io.save_optimizer_and_scheduler(self, output_dir, reach)
 
     def _save_scaler(self, output_dir: str) -> None:
         """`scaler.pt` when Lightning's precision plugin holds an AMP grad scaler (fp16)."""
@@ -424,59 +377,26 @@ class CheckpointMixin(MetricsIOMixin):
         return True
 
     def _load_best_model(self) -> None:
-        """Load the weights of `state.best_model_checkpoint` into `self.model` (non-strict, as the reference).
-
-        Reads safetensors (sharded or not) without pickle; a `pytorch_model.bin` of an older checkpoint is read with
-        `weights_only=True`. Missing weights only warn, as in the reference.
-        """
-
+        """Load the weights of `state.best_model_checkpoint` into the model (non-strict, as the reference), as the
+        strategy holds it. Files are read without running pickled code; missing weights only warn. All ranks."""
         best_dir = self.state.best_model_checkpoint
         logger.info(f"Loading best model from {best_dir} (score: {self.state.best_metric}).")
-        if getattr(self, "is_deepspeed_enabled", False):  # all ranks, from the engine's checkpoint
-            # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
-            from hf_lightning.strategies.deepspeed.strategy import load_engine_checkpoint
-
-            strict = not is_peft_model(self.model)
-            load_engine_checkpoint(self.model_wrapped, best_dir, load_module_strict=strict)
-            return
-        if getattr(self, "is_fsdp_enabled", False):  # all ranks, from the FSDP files (fsdp_checkpoint)
-
-            load_fsdp_model(self, best_dir)
-            return
-        model = self.model
-        if _tensor_parallel(self):  # the full weights, sliced like the DTensor shards
-
-            state_dict = read_model_state_dict(best_dir)
-            if state_dict is not None:
-                self._issue_warnings_after_load(load_full_state_dict(model, state_dict))
-                return
-        if is_peft_model(model) and any(
-            os.path.exists(os.path.join(best_dir, name))
-            for name in (ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME)
-        ):
-            model.load_adapter(best_dir, model.active_adapters[0])
-            return
-        state_dict = read_model_state_dict(best_dir)
-        if state_dict is None:
-            logger.warning(
-                f"Could not locate the best model at {os.path.join(best_dir, WEIGHTS_NAME)}, if you are running a "
-                "distributed training on multiple nodes, you should activate `--save_on_each_node`."
-            )
-            return
-        load_result = model.load_state_dict(state_dict, False)
-        self._issue_warnings_after_load(load_result)
+        self._checkpoint_io.load_best_weights(self, best_dir)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         """Load the model weights of the checkpoint folder `resume_from_checkpoint` (non-strict, as the reference).
 
-        The reference's override point: a resume calls it before training, or under FSDP with the wrapped model
-        once the strategy has built it (`strategies/fsdp/checkpoint.py`); a subclass may load its own layout.
+        The reference's override point: a resume calls it before training, or, where the strategy loads into the
+        wrapped model (FSDP), with that model once it is built; a subclass may load its own layout.
         """
-        if is_fsdp_plan(self.plan):
-            logger.info(f"Loading model from {resume_from_checkpoint}.")
-            load_fsdp_model(self, resume_from_checkpoint)
-        else:
-            load_model_weights(self, resume_from_checkpoint, self.model if model is None else model)
+        logger.info(f"Loading model from {resume_from_checkpoint}.")
+        warn_on_version_mismatch(resume_from_checkpoint)
+        self._checkpoint_io.load_weights(self, resume_from_checkpoint, self.model if model is None else model)
+
+    @property
+    def _checkpoint_io(self) -> StrategyCheckpointIO:
+        """How the planned strategy writes and reads the model and optimizer files (strategies/checkpoint_io.py)."""
+        return checkpoint_io_for(self.plan)
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         """Warn about missing / unexpected keys; re-tie weights when only the keys ignored at save are missing."""
@@ -519,19 +439,7 @@ class CheckpointMixin(MetricsIOMixin):
         """Save the model (and processing class, training args) so `from_pretrained()` can reload it."""
         if output_dir is None:
             output_dir = self.args.output_dir
-        if getattr(self, "is_deepspeed_enabled", False):  # all ranks: ZeRO-3 gathers (deepspeed_strategy)
-            # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
-            from hf_lightning.strategies.deepspeed.strategy import save_deepspeed_model
-
-            save_deepspeed_model(self, output_dir)
-        elif getattr(self, "is_fsdp_enabled", False):  # all ranks gather (fsdp_checkpoint)
-
-            save_fsdp_weights(self, output_dir)
-        elif _tensor_parallel(self):  # all ranks gather the shards; rank 0 writes the full weights
-
-            self._save(output_dir, state_dict=full_state_dict(self.model))
-        else:
-            self._save(output_dir)
+        self._checkpoint_io.save_model(self, output_dir)  # all ranks: a sharded strategy gathers
         if self.args.push_to_hub and not _internal_call:
             self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 
@@ -600,8 +508,3 @@ def _shared_token() -> str:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.broadcast_object_list(token, src=0)
     return token[0]
-
-
-def _tensor_parallel(trainer: Any) -> bool:
-    """Whether the trainer's model holds DTensor shards of a tensor-parallel plan (parallelism_config)."""
-    return trainer_tp_size(trainer) > 1 and is_tp_sharded(getattr(trainer, "model", None))

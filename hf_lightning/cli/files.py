@@ -68,7 +68,7 @@ def load_checkpoint_weights(model: Any, folder: str) -> None:
     `save_pretrained` leaves out).
     """
     # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
-    from hf_lightning.checkpoint.files import read_model_state_dict
+    from hf_lightning.core.checkpoint_files import read_model_state_dict
 
     state_dict = read_model_state_dict(folder)
     if state_dict is None:

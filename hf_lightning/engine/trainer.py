@@ -52,12 +52,12 @@ from hf_lightning.engine.memory import TrainerMemoryTracker
 from hf_lightning.engine.optimizer_methods import OptimizerMixin
 from hf_lightning.engine.overrides import is_base_method
 from hf_lightning.engine.step_methods import TrainingStepMixin
-from hf_lightning.evaluation.helpers import deepspeed_input_dtype
-from hf_lightning.evaluation.loop import EvaluationMixin
+from hf_lightning.evaluation.methods import EvaluationMixin
 from hf_lightning.evaluation.metric_objects import check_metric_object_arguments
 from hf_lightning.integrations.hp_search import HyperparameterSearchMixin
 from hf_lightning.integrations.hub import HubMixin, hub_progress_bars_suppressed
 from hf_lightning.integrations.loggers import build_loggers
+from hf_lightning.strategies.evaluation import deepspeed_input_dtype
 from hf_lightning.strategies.launch import maybe_launch_over_devices
 from hf_lightning.strategies.tensor_parallel import plans as tensor_parallel_plans
 from hf_lightning.translation.translate import explain, translate

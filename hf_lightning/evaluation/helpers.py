@@ -15,14 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_lightning.args.deepspeed_config import get_value
 from hf_lightning.data.dataloaders import DispatchingDataLoader, HFDataLoader
 from hf_lightning.data.iterable_sharding import slice_batch
 
 __all__ = [
     "EvalLoopContainer",
     "atleast_1d",
-    "deepspeed_input_dtype",
     "denumpify_detensorize",
     "drop_last_batch_padding",
     "find_batch_size",
@@ -331,17 +329,3 @@ def is_metric_driven_scheduler(scheduler: Any) -> bool:
     if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         return True
     return type(scheduler).__name__ == "GreedyLR"
-
-
-def deepspeed_input_dtype(args: Any) -> torch.dtype:
-    """The reference's `hf_ds_config.dtype()`: bf16 / fp16 when the argument-time config enables it, else float32.
-
-    Read from `args.hf_deepspeed_config` (the config after the arguments filled its "auto" values, before accelerate
-    adds its own `fp16` / `bf16` sections), which is the config the reference takes its dtype from.
-    """
-    config = getattr(args, "hf_deepspeed_config", None) or {}
-    if get_value(config, "bf16.enabled"):
-        return torch.bfloat16
-    if get_value(config, "fp16.enabled"):
-        return torch.float16
-    return torch.float32

@@ -1,10 +1,15 @@
-"""The `strategy=` value for `lightning.Trainer`, built from the plan's `StrategyPlan` and the model."""
+"""What the plan's strategy is built into: the `strategy=` value for `lightning.Trainer`, and its checkpoint I/O."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO
+from hf_lightning.strategies.deepspeed.checkpoint_io import DeepSpeedCheckpointIO
+from hf_lightning.strategies.fsdp.checkpoint import FSDPCheckpointIO
+from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
 from hf_lightning.strategies.process_group import process_group_kwargs
+from hf_lightning.strategies.tensor_parallel.checkpoint_io import TensorParallelCheckpointIO
 
 if TYPE_CHECKING:
     from hf_lightning.translation.plan import Plan
@@ -62,3 +67,16 @@ def build_strategy(plan: Plan, model: Any) -> Any:
 
         return build_deepspeed_strategy(plan, model)
     raise NotImplementedError(f"building the {name!r} strategy lands with its feature")
+
+
+def checkpoint_io_for(plan: Plan) -> StrategyCheckpointIO:
+    """How the plan's strategy writes and reads its checkpoint files: DeepSpeed's engine, FSDP's files, a
+    tensor-parallel model's gathered files, or the plain files of one process / DDP."""
+    name = plan.strategy.name if plan.strategy is not None else None
+    if name == "deepspeed":
+        return DeepSpeedCheckpointIO()
+    if is_fsdp_plan(plan):
+        return FSDPCheckpointIO()
+    if name == "tp":
+        return TensorParallelCheckpointIO()
+    return StrategyCheckpointIO()

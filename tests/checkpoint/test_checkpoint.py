@@ -33,6 +33,7 @@ from hf_lightning.checkpoint.saving import (
     training_args_to_plain_dict,
 )
 from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME, numpy_safe_globals
+from hf_lightning.translation.translate import translate
 from tests.parity.models import make_regression_mlp, regression_data
 
 REFERENCE_FILES_PLAIN = [
@@ -75,6 +76,7 @@ class StandIn(CheckpointMixin):
         self, args, model=None, *, processing_class=None, callbacks=(), optimizer=None, lr_scheduler=None
     ):
         self.args = args
+        self.plan = translate(args)  # the checkpoint I/O of its strategy (strategies/build.py)
         self.model = model if model is not None else make_regression_mlp()
         self.model_wrapped = self.model
         if getattr(self.model, "config", None) is not None:

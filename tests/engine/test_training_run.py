@@ -13,11 +13,10 @@ ADDED_BY_TRAIN = {
     "current_gradient_accumulation_steps",  # the reference's public attribute (a loss override reads it)
     "_model_is_prepared",  # across runs: an evaluate() after training reports no model preparation time
     "_lightning_trainer_overrides",  # the `lightning_trainer_overrides` property's store, made at first read
-    # evaluate()'s own per-call state (evaluation/loop.py), set by every evaluation, in train() or not
-    "_eval_in_loop",  # read by trainer.accelerator.gradient_state while the loop runs
-    "_eval_on_last_batch",
-    "_eval_last_batch_remainder",
-    "_gather_drops_padding",
+    # evaluation_loop's pointer to the pass running now (evaluation/loop.py owns the pass's state), None after it;
+    # read by the gathers and trainer.accelerator.gradient_state
+    "_current_evaluation",
+    "_gather_drops_padding",  # Seq2SeqTrainer's one-shot choice of gather, reset by each evaluation_loop
 }
 
 

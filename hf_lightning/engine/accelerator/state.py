@@ -297,9 +297,10 @@ class GradientStateView:
             return loader.end_of_dataloader, loader.remainder
 
         trainer = self._trainer
-        if getattr(trainer, "_eval_in_loop", False):
-            if trainer._eval_on_last_batch:
-                return True, int(trainer._eval_last_batch_remainder)
+        evaluation = getattr(trainer, "_current_evaluation", None)
+        if evaluation is not None and evaluation.iterating:
+            if evaluation.on_last_batch:
+                return True, int(evaluation.last_batch_remainder)
             eval_dataloader = getattr(trainer.callback_handler, "eval_dataloader", None)
             return False, last_batch_remainder(eval_dataloader, None, num_processes(trainer))
         run = getattr(trainer, "_training_run", None)

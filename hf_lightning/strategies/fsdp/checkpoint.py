@@ -16,12 +16,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import warnings
 from typing import Any
 
 import torch
 from torch import nn
 
 from hf_lightning.core.checkpoint_files import SCHEDULER_NAME
+from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO, weights_files_present
 from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.fsdp.policies import is_fsdp1_model
 
@@ -35,7 +37,7 @@ __all__ = [
     "gather_full_state_dict",
     "load_fsdp_model",
     "load_fsdp_optimizer",
-    "load_fsdp_resume_state",
+    "FSDPCheckpointIO",
     "save_fsdp_model",
     "save_fsdp_optimizer",
     "save_fsdp_weights",
@@ -318,16 +320,48 @@ def fsdp_optimizer_files_present(checkpoint: str) -> bool:
     return _fsdp_files_present(checkpoint, FSDP_OPTIMIZER_NAME)
 
 
-def load_fsdp_resume_state(trainer: Any, files: Any) -> None:
-    """Resume under FSDP, once the model is wrapped and the optimizer built: the model files, then the optimizer
-    and the scheduler when the checkpoint has both (the reference's `_load_from_checkpoint` and
-    `_load_optimizer_and_scheduler`). `files` is resume's `ResumeFiles`; it lists `scheduler.pt` only when the FSDP
-    optimizer files are there too."""
-    import warnings
+class FSDPCheckpointIO(StrategyCheckpointIO):
+    """accelerate's FSDP files: `pytorch_model_fsdp.bin` / `optimizer.bin` (full) or the `pytorch_model_fsdp_0/` /
+    `optimizer_0/` distributed checkpoints (sharded); every method that writes or loads them runs on all ranks."""
 
-    trainer._load_from_checkpoint(files.checkpoint, trainer.model_wrapped)  # a subclass's override included
-    if SCHEDULER_NAME in files.names:
-        load_fsdp_optimizer(trainer, files.checkpoint)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
-            trainer.lr_scheduler.load_state_dict(files.take(SCHEDULER_NAME))
+    loads_weights_before_training = False  # into the wrapped model, once the strategy has built it
+    weights_files_required = False
+    supports_background_writes = False
+
+    def check_resumable(self, trainer: Any, checkpoint: str) -> None:
+        if not weights_files_present(checkpoint) and not fsdp_model_files_present(checkpoint):
+            raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
+        check_resumable(trainer, checkpoint)
+
+    def optimizer_files(self, checkpoint: str) -> list[str]:
+        # The FSDP optimizer files are read at train start; the scheduler is listed only alongside them.
+        if fsdp_optimizer_files_present(checkpoint) and os.path.isfile(os.path.join(checkpoint, SCHEDULER_NAME)):
+            return [SCHEDULER_NAME]
+        return []
+
+    def load_weights(self, trainer: Any, checkpoint: str, model: Any) -> None:
+        load_fsdp_model(trainer, checkpoint)
+
+    def load_best_weights(self, trainer: Any, best_dir: str) -> None:
+        load_fsdp_model(trainer, best_dir)
+
+    def load_optimizer_and_scheduler(self, trainer: Any, files: Any) -> None:
+        """Once the model is wrapped and the optimizer built: the model files (through the trainer's
+        `_load_from_checkpoint`, a subclass's override included), then the optimizer and the scheduler when the
+        checkpoint has both (`files` lists `scheduler.pt` only when the FSDP optimizer files are there too)."""
+        trainer._load_from_checkpoint(files.checkpoint, trainer.model_wrapped)
+        if SCHEDULER_NAME in files.names:
+            load_fsdp_optimizer(trainer, files.checkpoint)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
+                trainer.lr_scheduler.load_state_dict(files.take(SCHEDULER_NAME))
+
+    def save_optimizer_and_scheduler(self, trainer: Any, output_dir: str, reach: Any) -> None:
+        """The model and optimizer files, named as accelerate names them; then `scheduler.pt`."""
+        save_fsdp_model(trainer, output_dir)
+        save_fsdp_optimizer(trainer, output_dir)
+        if trainer.args.should_save:
+            self._save_scheduler(trainer, output_dir, reach)
+
+    def save_model(self, trainer: Any, output_dir: str) -> None:
+        save_fsdp_weights(trainer, output_dir)

@@ -1,0 +1,181 @@
+"""How a strategy writes and reads the parts of a checkpoint that depend on how it holds the model.
+
+`checkpoint/` (the save protocol, rotation, best model, resume) never asks which strategy runs: it calls the
+trainer's `StrategyCheckpointIO`, chosen once from the plan (`checkpoint_io_for`), the way Lightning's strategies
+decide their own checkpoint layout (`Strategy.save_checkpoint` / `load_checkpoint`). This module is the base: one
+process's model or DDP replicas, the reference's plain files (`model.safetensors`, `optimizer.pt`, `scheduler.pt`).
+FSDP (`strategies/fsdp/checkpoint.py`), tensor parallelism (`strategies/tensor_parallel/checkpoint_io.py`) and
+DeepSpeed (`strategies/deepspeed/checkpoint_io.py`) override what they hold differently.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from typing import Any
+
+import torch
+
+from hf_lightning.core.checkpoint_files import (
+    ADAPTER_SAFE_WEIGHTS_NAME,
+    ADAPTER_WEIGHTS_NAME,
+    OPTIMIZER_NAME,
+    SAFE_WEIGHTS_INDEX_NAME,
+    SAFE_WEIGHTS_NAME,
+    SCHEDULER_NAME,
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+    read_model_state_dict,
+)
+from hf_lightning.data.model_inputs import is_peft_model
+
+logger = logging.getLogger(__name__)
+
+WEIGHTS_FILES = (
+    SAFE_WEIGHTS_NAME,
+    WEIGHTS_NAME,
+    SAFE_WEIGHTS_INDEX_NAME,
+    WEIGHTS_INDEX_NAME,
+    ADAPTER_SAFE_WEIGHTS_NAME,
+    ADAPTER_WEIGHTS_NAME,
+)
+_ADAPTER_FILES = (ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME)
+
+
+def weights_files_present(checkpoint: str) -> list[str]:
+    """The model-weights files (whole, sharded index or adapter) that `checkpoint` holds."""
+    return [name for name in WEIGHTS_FILES if os.path.isfile(os.path.join(checkpoint, name))]
+
+
+def optimizer_map_location(args: Any) -> Any:
+    """Where an optimizer state is read to: the CPU for one process (no device memory spike), each process's
+    device when distributed (the reference's rule)."""
+    return args.device if args.world_size > 1 and args.device.type != "cpu" else "cpu"
+
+
+def _plain_optimizer(optimizer: Any) -> Any:
+    """The torch optimizer inside Lightning's `LightningOptimizer` (the facade may hold either)."""
+    return getattr(optimizer, "_optimizer", optimizer)
+
+
+class StrategyCheckpointIO:
+    """One process's model, or DDP replicas: the reference's plain checkpoint files.
+
+    `trainer` is the facade (`core/protocols.py`'s `TrainerLike`); methods that write run on the processes allowed to
+    save unless their docstring says "all ranks" (they then hold collectives).
+    """
+
+    # The model weights load at `train()` entry, before the optimizer exists (FSDP and DeepSpeed load into the wrapped
+    # model or the engine once the strategy has built them).
+    loads_weights_before_training = True
+    # A checkpoint's completeness includes its model-weights files (a sharded layout keeps them elsewhere).
+    weights_files_required = True
+    # The copy-then-write of `AsyncCheckpointIO` (checkpoint/async_writes.py) can take this strategy's state.
+    supports_background_writes = True
+
+    # ---- resuming ---------------------------------------------------------------------------------------------
+
+    def check_resumable(self, trainer: Any, checkpoint: str) -> None:
+        """Before anything is read: refuse a folder this strategy cannot resume from (ValueError naming it)."""
+        if not weights_files_present(checkpoint):
+            raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
+
+    def optimizer_files(self, checkpoint: str) -> list[str]:
+        """The optimizer and scheduler files a resume reads at `train()` entry: both or neither."""
+        has_optimizer = os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME))
+        if not has_optimizer and _has_sharded_optimizer(checkpoint):
+            raise ValueError(
+                f"{checkpoint} holds an FSDP / DeepSpeed optimizer state, which hf_lightning cannot resume yet; "
+                "resume it with the library that wrote it."
+            )
+        if has_optimizer and os.path.isfile(os.path.join(checkpoint, SCHEDULER_NAME)):
+            return [OPTIMIZER_NAME, SCHEDULER_NAME]
+        return []
+
+    def load_weights(self, trainer: Any, checkpoint: str, model: Any) -> None:
+        """The weights of `checkpoint` into `model`, non-strict, from the CPU (the reference's `_load_from_checkpoint`);
+        an adapter-only checkpoint into a PEFT model's active adapter."""
+        present = weights_files_present(checkpoint)
+        if not present:
+            raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
+        whole_file = SAFE_WEIGHTS_NAME in present or WEIGHTS_NAME in present
+        if not whole_file and set(present) <= set(_ADAPTER_FILES):
+            if not (callable(getattr(model, "load_adapter", None)) and hasattr(model, "active_adapters")):
+                raise ValueError(
+                    f"{checkpoint} holds only adapter weights ({', '.join(present)}), but the model is not a PEFT "
+                    "model; resume with the PEFT-wrapped model that wrote it."
+                )
+            active_adapters = model.active_adapters
+            if len(active_adapters) > 1:
+                logger.warning("Multiple active adapters detected will only consider the first adapter")
+            model.load_adapter(checkpoint, active_adapters[0], is_trainable=True)
+            return
+        state_dict = read_model_state_dict(checkpoint)
+        load_result = self._load_state_dict(model, state_dict)
+        del state_dict
+        trainer._issue_warnings_after_load(load_result)
+
+    def load_best_weights(self, trainer: Any, best_dir: str) -> None:
+        """`load_best_model_at_end`: the best checkpoint's weights into `trainer.model`. Missing weights only warn,
+        as in the reference."""
+        model = trainer.model
+        if is_peft_model(model) and any(os.path.exists(os.path.join(best_dir, name)) for name in _ADAPTER_FILES):
+            model.load_adapter(best_dir, model.active_adapters[0])
+            return
+        state_dict = read_model_state_dict(best_dir)
+        if state_dict is None:
+            logger.warning(
+                f"Could not locate the best model at {os.path.join(best_dir, WEIGHTS_NAME)}, if you are running a "
+                "distributed training on multiple nodes, you should activate `--save_on_each_node`."
+            )
+            return
+        trainer._issue_warnings_after_load(self._load_state_dict(model, state_dict))
+
+    def _load_state_dict(self, model: Any, state_dict: dict) -> Any:
+        return model.load_state_dict(state_dict, False)
+
+    def load_optimizer_and_scheduler(self, trainer: Any, files: Any) -> None:
+        """Once Lightning has set them up: the optimizer and scheduler states read at entry (`files` is resume's
+        `ResumeFiles`; nothing when the checkpoint has none)."""
+        if OPTIMIZER_NAME not in files.names:
+            return
+        self._load_optimizer_state(trainer, files)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
+            trainer.lr_scheduler.load_state_dict(files.take(SCHEDULER_NAME))
+
+    def _load_optimizer_state(self, trainer: Any, files: Any) -> None:
+        trainer.optimizer.load_state_dict(files.take(OPTIMIZER_NAME, optimizer_map_location(trainer.args)))
+
+    # ---- saving -----------------------------------------------------------------------------------------------
+
+    def save_optimizer_and_scheduler(self, trainer: Any, output_dir: str, reach: Any) -> None:
+        """`optimizer.pt` and `scheduler.pt` (their `state_dict()`); `reach(point)` marks the fault-test kill points."""
+        if not trainer.args.should_save:
+            return
+        reach("optimizer")
+        torch.save(self._optimizer_state(trainer), os.path.join(output_dir, OPTIMIZER_NAME))
+        self._save_scheduler(trainer, output_dir, reach)
+
+    def _optimizer_state(self, trainer: Any) -> dict[str, Any]:
+        return trainer.optimizer.state_dict()
+
+    def _save_scheduler(self, trainer: Any, output_dir: str, reach: Any) -> None:
+        reach("scheduler")
+        with warnings.catch_warnings():
+            # torch warns that a scheduler's state is saved without the optimizer's; the reference hides it too.
+            warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
+            torch.save(trainer.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+
+    def save_model(self, trainer: Any, output_dir: str) -> None:
+        """`save_model`'s weights: the trainer's `_save` with the model as this process holds it. All ranks."""
+        trainer._save(output_dir)
+
+
+def _has_sharded_optimizer(checkpoint: str) -> bool:
+    if os.path.isfile(os.path.join(checkpoint, "optimizer.bin")):
+        return True
+    return os.path.isdir(checkpoint) and any(
+        "optimizer" in name and os.path.isdir(os.path.join(checkpoint, name)) for name in os.listdir(checkpoint)
+    )

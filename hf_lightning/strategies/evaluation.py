@@ -1,0 +1,79 @@
+"""What evaluation must know of the strategy, so `evaluation/` never asks which one runs: whether the forward
+autocasts, how many processes evaluate different samples, what `evaluate()` refuses before `train()`, and the dtype
+DeepSpeed's engine takes its inputs in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hf_lightning.args.deepspeed_config import get_value
+from hf_lightning.core.autocast import planned_autocast_dtype
+from hf_lightning.strategies.fsdp.policies import is_fsdp2_model
+from hf_lightning.strategies.tensor_parallel.state import trainer_tp_size
+
+
+def evaluation_autocast_dtype(trainer: Any) -> torch.dtype | None:
+    """The autocast dtype of `fp16` / `bf16` mixed precision (the reference autocasts the forward), else None.
+
+    None under DeepSpeed: the engine holds the model in its dtype and accelerate does not autocast its forward;
+    `_prepare_input` casts float inputs to that dtype instead, as the reference does. None for a model FSDP2
+    sharded (in training): its mixed precision is the sharding's `MixedPrecisionPolicy`, and accelerate prepares
+    FSDP2 models without a forward autocast. An unsharded model (evaluate before train) keeps the autocast: the
+    reference shards it with that policy for evaluation, which also computes in low precision.
+    """
+    if getattr(trainer, "is_deepspeed_enabled", False) or is_fsdp2_model(trainer.model):
+        return None
+    return planned_autocast_dtype(trainer.plan.module)
+
+
+def evaluation_replicas(trainer: Any) -> int:
+    """The processes that evaluate different samples: all of them, except that the tensor-parallel ranks of a
+    replica see the same batches."""
+    return max(1, getattr(trainer.args, "world_size", 1) // trainer_tp_size(trainer))
+
+
+def deepspeed_input_dtype(args: Any) -> torch.dtype:
+    """The reference's `hf_ds_config.dtype()`: bf16 / fp16 when the argument-time config enables it, else float32.
+
+    Read from `args.hf_deepspeed_config` (the config after the arguments filled its "auto" values, before accelerate
+    adds its own `fp16` / `bf16` sections), which is the config the reference takes its dtype from.
+    """
+    config = getattr(args, "hf_deepspeed_config", None) or {}
+    if get_value(config, "bf16.enabled"):
+        return torch.bfloat16
+    if get_value(config, "fp16.enabled"):
+        return torch.float16
+    return torch.float32
+
+
+def check_evaluation_before_training(trainer: Any) -> None:
+    """evaluate / predict under DeepSpeed before any `train()` built the engine (`trainer.deepspeed is None`).
+
+    The reference then builds a ZeRO inference engine (`deepspeed_init(inference=True)`), which it refuses below
+    ZeRO-3. hf_lightning builds no inference engine: at ZeRO-3 the plain model gives the engine's results only
+    when the config keeps float32 (the engine would cast the model to bf16 / fp16), so a 16-bit config is refused.
+    """
+    if not getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "deepspeed", None) is not None:
+        return
+    stage = trainer.plan.strategy.deepspeed.zero_stage
+    if stage != 3:
+        raise ValueError(
+            "ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your config "
+            f"(evaluate() / predict() before train() with deepspeed zero_optimization.stage={stage}: the "
+            "reference refuses it too; call train() first, or evaluate with a ZeRO-3 config or without deepspeed)"
+        )
+    dtype = deepspeed_input_dtype(trainer.args)
+    if dtype != torch.float32:
+        raise ValueError(
+            f"evaluate() / predict() before train() under DeepSpeed ZeRO-3 with a {dtype} config "
+            f"({'bf16' if dtype == torch.bfloat16 else 'fp16'}.enabled=true): the reference evaluates a "
+            "ZeRO inference engine holding the model in that dtype, which hf_lightning does not build yet. Call "
+            "train() first, evaluate with the 16-bit section disabled, or evaluate without deepspeed."
+        )
+
+
+def tensor_parallel_size(trainer: Any) -> int:
+    """The processes one replica's model is split over: 1 unless the run is tensor parallel."""
+    return trainer_tp_size(trainer)
