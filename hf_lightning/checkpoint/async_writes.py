@@ -4,7 +4,7 @@
 them on. A save then blocks training only while the state is copied off the device (model and optimizer tensors
 into CPU memory, scheduler, scaler, RNG and trainer state as they are at that step); one background thread
 writes the files from that copy, fsyncs them, writes the completion marker, renames the folder into place and
-rotates old checkpoints, the same atomic protocol and code as a synchronous save (`checkpoint/saving.py`). A second
+rotates old checkpoints, the same atomic protocol and code as a synchronous save (`checkpoint/checkpointer.py`). A second
 save waits for the first; `train()` waits for a pending write before it resumes and before it returns, and
 re-raises a failed write there. `on_save` fires once the copy is taken, before the folder is committed. Under DDP
 every rank writes its own part (its RNG file) in its thread; the ranks then agree over a gloo group of their own
@@ -34,9 +34,7 @@ __all__ = [
     "ASYNC_SAVE_POINTS",
     "BackgroundCheckpointWriter",
     "PendingSave",
-    "background_writer_for",
     "check_checkpoint_plugins",
-    "wait_for_checkpoint_writes",
 ]
 
 # Named points of an asynchronous save, besides the save points every save passes (`files.SAVE_POINTS`, which the
@@ -241,8 +239,9 @@ class BackgroundCheckpointWriter:
         """Whether a write was started and not yet waited for."""
         return self._thread is not None
 
-    def submit(self, facade: Any, save: PendingSave) -> None:
-        """Copy the state now and write it in the background (after the previous write, waited for). All ranks."""
+    def submit(self, facade: Any, save: PendingSave, checkpointer: Any) -> None:
+        """Copy the state now and write it in the background (after the previous write, waited for), with
+        `checkpointer`'s protocol (checkpoint/checkpointer.py). All ranks."""
         if not facade._checkpoint_io.supports_background_writes:
             raise ValueError(
                 "AsyncCheckpointIO in lightning_trainer_overrides['plugins'] supports single-process and DDP "
@@ -254,7 +253,7 @@ class BackgroundCheckpointWriter:
         reach("snapshot")
         self._pending = (facade, save)
         self._thread = threading.Thread(
-            target=self._write, args=(view, save, group), name="hf_lightning-checkpoint-writer"
+            target=self._write, args=(checkpointer, view, save, group), name="hf_lightning-checkpoint-writer"
         )
         self._thread.start()
         if facade.args.push_to_hub:
@@ -288,14 +287,13 @@ class BackgroundCheckpointWriter:
             self._group = dist.new_group(backend="gloo")
         return self._group
 
-    def _write(self, view: Any, save: PendingSave, group: Any) -> None:
-
+    def _write(self, checkpointer: Any, view: Any, save: PendingSave, group: Any) -> None:
         should_save = view.args.should_save
         try:
             reach("write_begin")
             ok = True
             try:
-                view._write_checkpoint_files(save.temporary_dir)
+                checkpointer.write_files(view, save.temporary_dir)
                 if not should_save:
                     own = os.path.join(
                         save.temporary_dir, rng_state_file_name(view.args.world_size, view.args.process_index)
@@ -311,8 +309,8 @@ class BackgroundCheckpointWriter:
             if not ok:
                 raise RuntimeError("another rank failed to write its part of the checkpoint")
             if should_save:
-                view._commit_checkpoint_folder(save.temporary_dir, save.final_dir, save.token)
-                view._rotate_after_save(save.run_dir, save.final_dir, save.token)
+                checkpointer.commit(view, save.temporary_dir, save.final_dir, save.token)
+                checkpointer.rotate_after_save(view, save.run_dir, save.final_dir, save.token)
         except BaseException as failure:  # re-raised on the training thread by wait()
             self._failure = failure
             if should_save:
@@ -336,32 +334,3 @@ def _all_ranks_agree(ok: bool, group: Any) -> bool:
     flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
     return bool(flag.item())
-
-
-def background_writer_for(facade: Any) -> BackgroundCheckpointWriter | None:
-    """The facade's background writer when this `train()` runs with `AsyncCheckpointIO`, else None."""
-    run = getattr(facade, "_training_run", None)
-    if run is None or not getattr(run, "fitting", False):
-        return None
-    if not async_writes_enabled(getattr(run, "lightning_trainer", None)):
-        return None
-    writer = facade.__dict__.get("_background_checkpoint_writer")
-    if writer is None:
-        writer = facade.__dict__["_background_checkpoint_writer"] = BackgroundCheckpointWriter()
-    return writer
-
-
-def wait_for_checkpoint_writes(facade: Any, raise_failure: bool = True) -> None:
-    """Block until the facade's pending background write is committed (no-op without one).
-
-    `raise_failure=False` (an error is already propagating) logs a failed write instead of raising it.
-    """
-    writer = facade.__dict__.get("_background_checkpoint_writer")
-    if writer is None:
-        return
-    try:
-        writer.wait()
-    except Exception:
-        if raise_failure:
-            raise
-        logger.exception("A background checkpoint write failed while training was ending with an error.")

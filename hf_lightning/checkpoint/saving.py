@@ -13,29 +13,20 @@ import enum
 import logging
 import os
 import random
-import shutil
 import warnings
 from typing import Any
 
 from hf_lightning.callbacks import is_exportable_state
-from hf_lightning.checkpoint.async_writes import PendingSave, background_writer_for
-from hf_lightning.checkpoint.durability import fsync_tree, writeback_while_writing
+from hf_lightning.checkpoint.checkpointer import BEST_TRACKING_SAVE_STRATEGIES, Checkpointer
 from hf_lightning.checkpoint.files import (
     checkpoints_to_delete,
     checkpoints_to_delete_at_train_end,
-    clean_scratch_folders,
-    commit_checkpoint,
-    delete_checkpoint,
     get_last_checkpoint,
     is_complete_checkpoint,
-    list_checkpoints,
     reach,
-    rotate_checkpoints,
-    temporary_checkpoint_dir,
-    write_complete_marker,
 )
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
-from hf_lightning.checkpoint.output_folder import apply_umask, write_failure
+from hf_lightning.checkpoint.output_folder import apply_umask
 from hf_lightning.checkpoint.resume import warn_on_version_mismatch
 from hf_lightning.checkpoint.save_imports import deepspeed_probe_skipped_while_unloaded
 from hf_lightning.core.checkpoint_files import (
@@ -43,14 +34,11 @@ from hf_lightning.core.checkpoint_files import (
     SCALER_NAME,
     TRAINER_STATE_NAME,
     TRAINING_ARGS_NAME,
-    checkpoint_folder_name,
     rng_state_file_name,
 )
 from hf_lightning.core.enums import enum_value
-from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, write_position_record
 from hf_lightning.strategies.build import checkpoint_io_for
 from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO
-from hf_lightning.strategies.distributed import barrier
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +52,6 @@ __all__ = [
 ]
 
 # Save strategies for which the reference records `best_global_step` (and so a best checkpoint).
-_BEST_TRACKING_SAVE_STRATEGIES = ("steps", "epoch", "best")
 
 
 def is_pretrained_model(model: Any) -> bool:
@@ -138,7 +125,11 @@ class CheckpointMixin(MetricsIOMixin):
     `processing_class`, `data_collator`, `hp_search_backend`, `hp_name`, `store_flos()`, `lightning_trainer`
     (or None) and `is_world_process_zero()`. Methods whose docstring says "all ranks" must be called by every
     process of a distributed run (they hold collectives); the others act on the processes allowed to save.
+    The facade builds its `Checkpointer` (the save protocol, its background writer, the end-of-training rotation)
+    in its constructor.
     """
+
+    _checkpointer: Checkpointer
 
     # ---- where ----------------------------------------------------------------------------------------------
 
@@ -170,105 +161,15 @@ class CheckpointMixin(MetricsIOMixin):
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         """Write `checkpoint-<global_step>` atomically, then rotate old checkpoints (CKPT-3.6). All ranks.
 
-        Order as the reference: flos, best checkpoint path, model files, optimizer / scheduler / scaler / RNG,
-        trainer state; then (ours) fsync, completion marker, rename into place; then rotation. With Lightning's
-        `AsyncCheckpointIO` plugin the files are written, committed and rotated by a background thread
-        (`checkpoint/async_writes.py`) once the state is copied off the device.
+        The reference's override point; the protocol is the trainer's `Checkpointer` (checkpoint/checkpointer.py),
+        which calls back `save_model`, `_save_optimizer_and_scheduler`, `_save_scaler` and `_save_rng_state`.
         """
-        writer = background_writer_for(self)
-        if writer is not None:
-            writer.wait()  # a second save starts once the first is committed (its failure is raised here)
-        if getattr(self, "hp_search_backend", None) is None and trial is None:
-            self.store_flos()
-        run_dir = self._get_output_dir(trial=trial)
-        final_dir = os.path.join(run_dir, checkpoint_folder_name(self.state.global_step))
-        token = _shared_token()
-        temporary_dir = temporary_checkpoint_dir(run_dir, self.state.global_step, token)
-        should_save = self.args.should_save
-        previous_best = self.state.best_model_checkpoint
-        try:
-            if should_save:
-                shutil.rmtree(temporary_dir, ignore_errors=True)
-                os.makedirs(temporary_dir)
-            barrier()
-            self._update_best_model_checkpoint(run_dir, final_dir)
-            if writer is not None:
-                writer.submit(self, PendingSave(run_dir, final_dir, temporary_dir, token, previous_best))
-                return
-            # A process whose filesystem holds no writer's scratch folder (another node's disk, no
-            # save_on_each_node) writes its RNG file straight into checkpoint-N there, as the reference does.
-            rng_dir = temporary_dir if should_save or os.path.isdir(temporary_dir) else final_dir
-            self._write_checkpoint_files(temporary_dir, rng_dir)
-            barrier()
-            if should_save:
-                self._commit_checkpoint_folder(temporary_dir, final_dir, token)
-        except BaseException as error:
-            self.state.best_model_checkpoint = previous_best
-            failure = None
-            if should_save and isinstance(error, (OSError, RuntimeError)):
-                # torch says "unexpected pos" for a full disk; name output_dir and the system's reason instead.
-                failure = write_failure(run_dir, os.path.basename(final_dir), temporary_dir, error)
-            if should_save:
-                # Every scratch folder of this save goes (an existing folder moved aside comes back).
-                clean_scratch_folders(run_dir, token="")
-            if failure is not None:
-                raise failure from error
-            raise
-        self._push_checkpoint(final_dir)
-        if should_save:
-            self._rotate_after_save(run_dir, final_dir, token)
-
-    def _write_checkpoint_files(self, temporary_dir: str, rng_dir: str | None = None) -> None:
-        """Every file of one checkpoint into `temporary_dir` (model, optimizer, scheduler, scaler, RNG, state);
-        the RNG file into `rng_dir` when given. The disk starts writing them while the rest is serialised."""
-        with writeback_while_writing(temporary_dir) as start_writeback:
-            self.save_model(temporary_dir, _internal_call=True)
-            start_writeback()
-            if not self.args.save_only_model:
-                self._save_optimizer_and_scheduler(temporary_dir)
-                start_writeback()
-                self._save_scaler(temporary_dir)
-                self._save_rng_state(rng_dir or temporary_dir)
-            if self.args.should_save:
-                self._save_dataset_position(temporary_dir)
-                self._save_trainer_state(temporary_dir)
-
-    def _commit_checkpoint_folder(self, temporary_dir: str, final_dir: str, token: str) -> None:
-        """Make the written files durable, write the completion marker, rename the folder into place."""
-        reach("fsync")
-        # The folder's own entries are made durable once, by the marker's write, before the rename commits.
-        fsync_tree(temporary_dir, include_root=False)
-        reach("marker")
-        write_complete_marker(temporary_dir, self.state.global_step)
-        commit_checkpoint(temporary_dir, final_dir, token)
+        self._checkpointer.save(trial)
 
     def _push_checkpoint(self, final_dir: str) -> None:
         """Push the committed checkpoint when `push_to_hub` is set."""
         if self.args.push_to_hub:
             self._push_from_checkpoint(final_dir)  # integrations/hub.py (world process zero only)
-
-    def _rotate_after_save(self, run_dir: str, final_dir: str, token: str) -> None:
-        """After a commit: tidy other saves' scratch folders, then delete checkpoints beyond the limit."""
-        # Scratch of killed saves first, so a restored aside folder takes part in the rotation.
-        clean_scratch_folders(run_dir, token)
-        reach("rotate")
-        rotate_checkpoints(
-            run_dir,
-            self.args.save_total_limit,
-            self.state.best_model_checkpoint,
-            newest=final_dir,
-            token=token,
-        )
-
-    def _update_best_model_checkpoint(self, run_dir: str, final_dir: str) -> None:
-        # The reference sets the path once the best step's folder exists; the folder being written now exists
-        # under its final name only after the commit, and trainer_state.json must already name it.
-        best_step = self.state.best_global_step
-        if enum_value(self.args.save_strategy) not in _BEST_TRACKING_SAVE_STRATEGIES or not best_step:
-            return
-        best_dir = os.path.join(run_dir, checkpoint_folder_name(best_step))
-        if best_dir == final_dir or os.path.exists(best_dir):
-            self.state.best_model_checkpoint = best_dir
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         """The optimizer and scheduler states, as the strategy holds and names them (`optimizer.pt` and
@@ -318,17 +219,6 @@ class CheckpointMixin(MetricsIOMixin):
         positions = getattr(loader, "dataset_positions", None)
         return positions.record() if positions is not None else None
 
-    def _save_dataset_position(self, output_dir: str) -> None:
-        """`hf_lightning_dataset_position.json`, so a resume continues the dataset from there (no replay)."""
-        record = self._dataset_position_record()
-        if record is not None:
-            write_position_record(os.path.join(output_dir, DATASET_POSITION_NAME), record)
-
-    def _save_trainer_state(self, output_dir: str) -> None:
-        self._refresh_stateful_callbacks()
-        reach("trainer_state")
-        self.state.save_to_json(os.path.join(output_dir, TRAINER_STATE_NAME))
-
     def _refresh_stateful_callbacks(self) -> None:
         # Refresh every exportable callback's entry (and TrainerControl's) from its current state. Several
         # instances of one class are stored as a fresh list in callback order; the reference appends to the list
@@ -372,7 +262,7 @@ class CheckpointMixin(MetricsIOMixin):
         if not operator(metric_value, self.state.best_metric):
             return False
         self.state.best_metric = metric_value
-        if enum_value(self.args.save_strategy) in _BEST_TRACKING_SAVE_STRATEGIES:
+        if enum_value(self.args.save_strategy) in BEST_TRACKING_SAVE_STRATEGIES:
             self.state.best_global_step = self.state.global_step
         return True
 
@@ -412,26 +302,6 @@ class CheckpointMixin(MetricsIOMixin):
             logger.warning(
                 f"There were unexpected keys in the checkpoint model loaded: {load_result.unexpected_keys}."
             )
-
-    def _after_training_rotation(self, trial: Any = None) -> None:
-        """End of training: with `save_total_limit == 1` and a best checkpoint, delete every other checkpoint."""
-        if not self.args.should_save or self.state.best_model_checkpoint is None:
-            return
-        run_dir = self._get_output_dir(trial if trial is not None else getattr(self, "_trial", None))
-        checkpoints = list_checkpoints(run_dir)
-        doomed = checkpoints_to_delete_at_train_end(
-            checkpoints, self.args.save_total_limit, self.state.best_model_checkpoint
-        )
-        if self.args.save_total_limit == 1 and len(checkpoints) > 1 and not doomed:
-            # Only when the best folder is gone; the reference raises FileNotFoundError here.
-            logger.warning(
-                f"save_total_limit=1: the best checkpoint {self.state.best_model_checkpoint} is not in {run_dir}; "
-                "no checkpoint was deleted at the end of training."
-            )
-        for path in doomed:
-            logger.info(f"Deleting older checkpoint [{path}] due to args.save_total_limit")
-            # Only the processes allowed to save get here, so no collective: the token is this process's pid.
-            delete_checkpoint(path, str(os.getpid()))
 
     # ---- model files -----------------------------------------------------------------------------------------
 
@@ -498,13 +368,3 @@ class CheckpointMixin(MetricsIOMixin):
         temporary = f"{path}.tmp-{os.getpid()}"
         self.state.save_to_json(temporary)
         os.replace(temporary, path)
-
-
-def _shared_token() -> str:
-    """A name part for this save's scratch folders that every rank agrees on: the pid of rank 0."""
-    import torch.distributed as dist
-
-    token = [str(os.getpid())]
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.broadcast_object_list(token, src=0)
-    return token[0]

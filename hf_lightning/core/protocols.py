@@ -43,6 +43,7 @@ class TrainerLike(Protocol):
     state: Any  # TrainerState
     control: Any  # TrainerControl
     lightning_trainer: Any  # lightning.pytorch.Trainer
+    _checkpointer: Any  # checkpoint.checkpointer.Checkpointer, the trainer's checkpoint saves
     is_in_train: bool
     current_gradient_accumulation_steps: int
     _trial: Any  # also set by `_hp_search_setup`; `TrainerState.init_training_references` reads it
@@ -93,7 +94,6 @@ class TrainerLike(Protocol):
     def _issue_warnings_after_load(self, load_result: Any) -> None: ...
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None: ...
     def _load_best_model(self) -> None: ...
-    def _after_training_rotation(self, trial: Any = None) -> None: ...
 
     def _finish_current_push(self) -> None: ...
 
@@ -117,5 +117,5 @@ class RunLike(Protocol):
     resume: Any  # checkpoint.resume_connector.ResumeConnector
     logging: Any  # engine.logging_connector.LoggingConnector
     evaluation: Any  # evaluation.connector.EvaluationConnector
-    checkpointing: Any  # checkpoint.connector.CheckpointConnector
+    checkpointing: Any  # checkpoint.checkpointer.Checkpointer
     signals: Any  # engine.signals.SignalScope

@@ -265,14 +265,14 @@ class TrainingStepMixin:
     def _maybe_log_save_evaluate(
         self, grad_norm: Any, epoch: int, learning_rate: float | None = None
     ) -> None:
-        """Log, then evaluate, then save, as the flow callbacks decided (EVAL-2.17), through the run's connectors."""
+        """Log, then evaluate, then save, as the flow callbacks decided (EVAL-2.17), through the run's components."""
         run = self._training_run
         if self.control.should_log and self.state.global_step > run.logging.globalstep_last_logged:
             run.logging.log_training_window(grad_norm, learning_rate)
         if self.control.should_evaluate:
             run.evaluation.evaluate()
         if self.control.should_save or run.signals.checkpoint_pending():
-            run.checkpointing.save()  # a SIGTERM checkpoint (enable_jit_checkpoint) whatever the save rule said
+            run.checkpointing.save_at_step_boundary(run.trial)  # a SIGTERM checkpoint (enable_jit_checkpoint) whatever the save rule said
 
     def _gather_mean(self, tensor: torch.Tensor) -> torch.Tensor:
         if (

@@ -32,6 +32,7 @@ from hf_lightning.callbacks import (
     is_exportable_state,
 )
 from hf_lightning.callbacks.notebook import default_progress_callback
+from hf_lightning.checkpoint.checkpointer import Checkpointer
 from hf_lightning.checkpoint.model_card import ModelCardMixin
 from hf_lightning.checkpoint.output_folder import make_output_dir
 from hf_lightning.checkpoint.saving import CheckpointMixin
@@ -213,6 +214,8 @@ class HFLightningTrainer(
         self._trial = None  # the reference's: the trial of the last train() (hp search), read by TrainerState
         # The current train() call (engine/training_run.TrainingRun), which owns every per-run value; None outside.
         self._training_run = None
+        # Checkpoint saves: the protocol, its background writer (which a later train() joins), the last rotation.
+        self._checkpointer = Checkpointer(self)
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         if getattr(self.model, "config", None) is not None:
             self.model.config.use_cache = args.use_cache

@@ -19,7 +19,6 @@ import torch
 import hf_lightning.engine.schedule as schedule
 from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.callbacks import TrainerState
-from hf_lightning.checkpoint.connector import CheckpointConnector
 from hf_lightning.checkpoint.resume_connector import ResumeConnector
 from hf_lightning.core.devices import empty_device_cache, is_out_of_memory
 from hf_lightning.core.outputs import TrainOutput
@@ -59,7 +58,7 @@ class TrainingRun:
         self.resume = ResumeConnector(facade, self)
         self.logging = LoggingConnector(facade, self)
         self.evaluation = EvaluationConnector(facade, self)
-        self.checkpointing = CheckpointConnector(facade, self)
+        self.checkpointing = facade._checkpointer  # the trainer's: its background writer outlives a run
         self.signals = SignalScope(facade)  # SIGTERM / SIGINT during this call (hf_lightning/engine/signals.py)
 
     def execute(self, resume_from_checkpoint: str | bool | None) -> TrainOutput:
@@ -227,7 +226,7 @@ class TrainingRun:
         trainer.log(metrics)
         if trainer.args.load_best_model_at_end and trainer.state.best_model_checkpoint is not None:
             trainer._load_best_model()
-        trainer._after_training_rotation()
+        self.checkpointing.rotate_at_train_end(trainer._trial)
         trainer._fire("on_train_end")
         trainer._finish_current_push()  # the background Hub pushes of this run (integrations/hub.py)
         return TrainOutput(trainer.state.global_step, train_loss, metrics)

@@ -117,7 +117,7 @@ def test_files_are_written_by_the_background_thread_and_train_waits_for_the_last
     # A second save waits for the first: each snapshot after save 1 comes after the previous save's rotation.
     order = [point for point, _ in reached if point in ("snapshot", "rotate")]
     assert order == ["snapshot", "rotate"] * 4
-    assert not asynchronous.__dict__["_background_checkpoint_writer"].pending
+    assert not asynchronous._checkpointer.writer.pending
     assert not [name for name in os.listdir(base / "async") if name.startswith(".")]
 
 
@@ -173,7 +173,7 @@ def test_resume_waits_for_a_pending_write(tmp_path, sync_and_async):
             os.rename(tmp_path / ".checkpoint-8.tmp-x", tmp_path / "checkpoint-8")
 
     trainer = make_trainer(tmp_path, asynchronous=True, model_seed=7)
-    writer = trainer.__dict__["_background_checkpoint_writer"] = BackgroundCheckpointWriter()
+    writer = trainer._checkpointer.writer = BackgroundCheckpointWriter()
     writer._thread = threading.Thread(target=pending_write)
     writer._thread.start()
     with fault_hook(lambda point: entered_wait.set() if point == "wait_pending" else None):

@@ -23,6 +23,7 @@ import torch
 
 import hf_lightning.checkpoint.files as checkpoint_files
 from hf_lightning.callbacks import ExportableState, TrainerCallback, TrainerControl, TrainerState
+from hf_lightning.checkpoint.checkpointer import Checkpointer
 from hf_lightning.checkpoint.files import SAVE_POINTS, fault_hook
 from hf_lightning.checkpoint.saving import (
     CheckpointMixin,
@@ -77,6 +78,8 @@ class StandIn(CheckpointMixin):
     ):
         self.args = args
         self.plan = translate(args)  # the checkpoint I/O of its strategy (strategies/build.py)
+        self._training_run = None
+        self._checkpointer = Checkpointer(self)
         self.model = model if model is not None else make_regression_mlp()
         self.model_wrapped = self.model
         if getattr(self.model, "config", None) is not None:
@@ -293,7 +296,7 @@ def test_spec_rotation_sequences_on_disk(tmp_path, limit, after_each, final):
         seen.append(checkpoint_steps(tmp_path))
     assert seen == after_each
     assert trainer.state.best_model_checkpoint == os.path.join(str(tmp_path), "checkpoint-2")
-    trainer._after_training_rotation()
+    trainer._checkpointer.rotate_at_train_end(None)
     assert checkpoint_steps(tmp_path) == final
     assert all(is_complete_checkpoint(path) for _, path in checkpoint_files.list_checkpoints(str(tmp_path)))
 

@@ -1,0 +1,221 @@
+"""`Checkpointer`: a trainer's checkpoint saves, from the step boundary to the rotated folder on disk.
+
+It owns the save protocol (CKPT-3.6, atomic): a hidden scratch folder next to the checkpoints receives every file,
+the files are fsynced, the completion marker is written last, the folder is renamed to `checkpoint-<step>`, and only
+then are old checkpoints rotated out. It also owns the background writer of Lightning's `AsyncCheckpointIO`
+(checkpoint/async_writes.py), which runs the same protocol on a copy of the state, the best-checkpoint path the
+trainer state names, and the end-of-training rotation.
+
+What goes into the folder is the trainer's: its reference-named methods (`save_model`, `_save_optimizer_and_scheduler`,
+`_save_scaler`, `_save_rng_state`, `_get_output_dir`, `store_flos`) are the override points the protocol calls, on
+the trainer or, for a background write, on its copy. One `Checkpointer` lives as long as its trainer, as Lightning's
+trainer keeps its checkpoint connector: a write started by one `train()` is joined by the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import Any
+
+from hf_lightning.checkpoint.async_writes import BackgroundCheckpointWriter, PendingSave, async_writes_enabled
+from hf_lightning.checkpoint.durability import fsync_tree, writeback_while_writing
+from hf_lightning.checkpoint.files import (
+    checkpoints_to_delete_at_train_end,
+    clean_scratch_folders,
+    commit_checkpoint,
+    delete_checkpoint,
+    list_checkpoints,
+    reach,
+    rotate_checkpoints,
+    temporary_checkpoint_dir,
+    write_complete_marker,
+)
+from hf_lightning.checkpoint.output_folder import write_failure
+from hf_lightning.core.checkpoint_files import TRAINER_STATE_NAME, checkpoint_folder_name
+from hf_lightning.core.enums import enum_value
+from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, write_position_record
+from hf_lightning.strategies.distributed import barrier
+
+logger = logging.getLogger(__name__)
+
+# The save strategies under which the best metric's step is tracked (and its folder kept by rotation).
+BEST_TRACKING_SAVE_STRATEGIES = ("steps", "epoch", "best")
+
+
+class Checkpointer:
+    """The checkpoint saves of one trainer (the facade)."""
+
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+        self.writer: BackgroundCheckpointWriter | None = None  # made by the first save of an async run
+
+    # ---- one save -------------------------------------------------------------------------------------------
+
+    def save_at_step_boundary(self, trial: Any) -> None:
+        """The step boundary's save: the trainer's overridable `_save_checkpoint`, then `on_save`."""
+        trainer = self.trainer
+        trainer._save_checkpoint(trainer.model, trial)
+        trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+
+    def save(self, trial: Any) -> None:
+        """Write `checkpoint-<global_step>` atomically, then rotate old checkpoints (CKPT-3.6). All ranks.
+
+        Order as the reference: flos, best checkpoint path, model files, optimizer / scheduler / scaler / RNG,
+        trainer state; then (ours) fsync, completion marker, rename into place; then rotation. With Lightning's
+        `AsyncCheckpointIO` plugin the files are written, committed and rotated by the background writer once the
+        state is copied off the device.
+        """
+        trainer = self.trainer
+        writer = self._background_writer()
+        if writer is not None:
+            writer.wait()  # a second save starts once the first is committed (its failure is raised here)
+        if trainer.hp_search_backend is None and trial is None:
+            trainer.store_flos()
+        run_dir = trainer._get_output_dir(trial=trial)
+        final_dir = os.path.join(run_dir, checkpoint_folder_name(trainer.state.global_step))
+        token = _shared_token()
+        temporary_dir = temporary_checkpoint_dir(run_dir, trainer.state.global_step, token)
+        should_save = trainer.args.should_save
+        previous_best = trainer.state.best_model_checkpoint
+        try:
+            if should_save:
+                shutil.rmtree(temporary_dir, ignore_errors=True)
+                os.makedirs(temporary_dir)
+            barrier()
+            self._update_best_model_checkpoint(run_dir, final_dir)
+            if writer is not None:
+                writer.submit(trainer, PendingSave(run_dir, final_dir, temporary_dir, token, previous_best), self)
+                return
+            # A process whose filesystem holds no writer's scratch folder (another node's disk, no
+            # save_on_each_node) writes its RNG file straight into checkpoint-N there, as the reference does.
+            rng_dir = temporary_dir if should_save or os.path.isdir(temporary_dir) else final_dir
+            self.write_files(trainer, temporary_dir, rng_dir)
+            barrier()
+            if should_save:
+                self.commit(trainer, temporary_dir, final_dir, token)
+        except BaseException as error:
+            trainer.state.best_model_checkpoint = previous_best
+            failure = None
+            if should_save and isinstance(error, (OSError, RuntimeError)):
+                # torch says "unexpected pos" for a full disk; name output_dir and the system's reason instead.
+                failure = write_failure(run_dir, os.path.basename(final_dir), temporary_dir, error)
+            if should_save:
+                # Every scratch folder of this save goes (an existing folder moved aside comes back).
+                clean_scratch_folders(run_dir, token="")
+            if failure is not None:
+                raise failure from error
+            raise
+        trainer._push_checkpoint(final_dir)
+        if should_save:
+            self.rotate_after_save(trainer, run_dir, final_dir, token)
+
+    def write_files(self, source: Any, temporary_dir: str, rng_dir: str | None = None) -> None:
+        """Every file of one checkpoint into `temporary_dir` (model, optimizer, scheduler, scaler, RNG, state), through
+        `source`'s override points (the trainer, or its copy for a background write); the RNG file into `rng_dir`
+        when given. The disk starts writing them while the rest is serialised."""
+        with writeback_while_writing(temporary_dir) as start_writeback:
+            source.save_model(temporary_dir, _internal_call=True)
+            start_writeback()
+            if not source.args.save_only_model:
+                source._save_optimizer_and_scheduler(temporary_dir)
+                start_writeback()
+                source._save_scaler(temporary_dir)
+                source._save_rng_state(rng_dir or temporary_dir)
+            if source.args.should_save:
+                record = source._dataset_position_record()
+                if record is not None:  # a resume continues the dataset from there (data/dataset_position.py)
+                    write_position_record(os.path.join(temporary_dir, DATASET_POSITION_NAME), record)
+                source._refresh_stateful_callbacks()
+                reach("trainer_state")
+                source.state.save_to_json(os.path.join(temporary_dir, TRAINER_STATE_NAME))
+
+    def commit(self, source: Any, temporary_dir: str, final_dir: str, token: str) -> None:
+        """Make the written files durable, write the completion marker, rename the folder into place."""
+        reach("fsync")
+        # The folder's own entries are made durable once, by the marker's write, before the rename commits.
+        fsync_tree(temporary_dir, include_root=False)
+        reach("marker")
+        write_complete_marker(temporary_dir, source.state.global_step)
+        commit_checkpoint(temporary_dir, final_dir, token)
+
+    def rotate_after_save(self, source: Any, run_dir: str, final_dir: str, token: str) -> None:
+        """After a commit: tidy other saves' scratch folders, then delete checkpoints beyond the limit."""
+        # Scratch of killed saves first, so a restored aside folder takes part in the rotation.
+        clean_scratch_folders(run_dir, token)
+        reach("rotate")
+        rotate_checkpoints(
+            run_dir,
+            source.args.save_total_limit,
+            source.state.best_model_checkpoint,
+            newest=final_dir,
+            token=token,
+        )
+
+    def _update_best_model_checkpoint(self, run_dir: str, final_dir: str) -> None:
+        # The reference sets the path once the best step's folder exists; the folder being written now exists
+        # under its final name only after the commit, and trainer_state.json must already name it.
+        state = self.trainer.state
+        best_step = state.best_global_step
+        if enum_value(self.trainer.args.save_strategy) not in BEST_TRACKING_SAVE_STRATEGIES or not best_step:
+            return
+        best_dir = os.path.join(run_dir, checkpoint_folder_name(best_step))
+        if best_dir == final_dir or os.path.exists(best_dir):
+            state.best_model_checkpoint = best_dir
+
+    # ---- the end of training ----------------------------------------------------------------------------------
+
+    def rotate_at_train_end(self, trial: Any) -> None:
+        """With `save_total_limit == 1` and a best checkpoint, delete every other checkpoint (the reference's end of
+        training)."""
+        trainer = self.trainer
+        args, state = trainer.args, trainer.state
+        if not args.should_save or state.best_model_checkpoint is None:
+            return
+        run_dir = trainer._get_output_dir(trial)
+        checkpoints = list_checkpoints(run_dir)
+        doomed = checkpoints_to_delete_at_train_end(checkpoints, args.save_total_limit, state.best_model_checkpoint)
+        if args.save_total_limit == 1 and len(checkpoints) > 1 and not doomed:
+            # Only when the best folder is gone; the reference raises FileNotFoundError here.
+            logger.warning(
+                f"save_total_limit=1: the best checkpoint {state.best_model_checkpoint} is not in {run_dir}; "
+                "no checkpoint was deleted at the end of training."
+            )
+        for path in doomed:
+            logger.info(f"Deleting older checkpoint [{path}] due to args.save_total_limit")
+            # Only the processes allowed to save get here, so no collective: the token is this process's pid.
+            delete_checkpoint(path, str(os.getpid()))
+
+    # ---- background writes ----------------------------------------------------------------------------------
+
+    def _background_writer(self) -> BackgroundCheckpointWriter | None:
+        """The background writer when the running `train()` has `AsyncCheckpointIO`, else None."""
+        run = self.trainer._training_run
+        if run is None or not run.fitting or not async_writes_enabled(run.lightning_trainer):
+            return None
+        if self.writer is None:
+            self.writer = BackgroundCheckpointWriter()
+        return self.writer
+
+    def wait_for_pending_write(self, raise_failure: bool = True) -> None:
+        """Block until a background write is committed (no-op without one). `raise_failure=False` (an error is
+        already propagating) logs a failed write instead of raising it."""
+        if self.writer is None:
+            return
+        try:
+            self.writer.wait()
+        except Exception:
+            if raise_failure:
+                raise
+            logger.exception("A background checkpoint write failed while training was ending with an error.")
+
+
+def _shared_token() -> str:
+    """A name part for this save's scratch folders that every rank agrees on: the pid of rank 0."""
+    import torch.distributed as dist
+
+    token = [str(os.getpid())]
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(token, src=0)
+    return token[0]
