@@ -1,15 +1,13 @@
 """The field registry: every `TrainingArguments` / `Seq2SeqTrainingArguments` field exactly once,
 mapped to the handler that says how it is honoured or why it is refused.
 
-Handlers live in `hf_lightning/translation/registry/`, grouped by theme; which later features have landed is
-switched in `hf_lightning/translation/registry/features.py`.
+Handlers live in `hf_lightning/translation/registry/`, grouped by theme.
 """
 
 from __future__ import annotations
 
 from hf_lightning.translation.registry import distributed, evaluation, reporting, system, training
 from hf_lightning.translation.registry.core import FieldEntry, Handler
-from hf_lightning.translation.registry.features import describe, landed_features
 
 
 def _build(*groups: list[FieldEntry]) -> dict[str, FieldEntry]:
@@ -39,22 +37,15 @@ FIELD_REGISTRY: dict[str, FieldEntry] = _build(
 FIELD_HANDLERS: dict[str, Handler] = {name: entry.handler for name, entry in FIELD_REGISTRY.items()}
 
 
-def _support(entry: FieldEntry, landed: dict[str, bool]) -> str:
-    if entry.feature is None or landed[entry.feature]:
-        return "yes"
-    return f"pending: {describe(entry.feature)} has not landed (values that would change train() are refused)"
-
-
 def registry_markdown() -> str:
     """The README table of arguments: field, default, support, and how it is honoured or why not."""
-    landed = landed_features()
     lines = [
         "| field | default | supported | how it is honoured / why refused |",
         "|---|---|---|---|",
     ]
     for name, entry in FIELD_REGISTRY.items():
         doc = entry.doc.replace("|", "\\|")
-        lines.append(f"| `{name}` | `{entry.default!r}` | {_support(entry, landed)} | {doc} |")
+        lines.append(f"| `{name}` | `{entry.default!r}` | yes | {doc} |")
     return "\n".join(lines) + "\n"
 
 

@@ -30,7 +30,6 @@ from hf_lightning.translation.registry.core import (
     plain,
 )
 from hf_lightning.translation.registry.distributed import select_strategy
-from hf_lightning.translation.registry.features import landed_features
 
 __all__ = ["Environment", "FieldNote", "Plan", "explain", "translate"]
 
@@ -106,7 +105,6 @@ def translate(args: Any, env: Environment | None = None, *, raise_on_refusal: bo
     ctx = Context(
         args=args,
         env=env,
-        features=landed_features(),
         accelerator=accelerator,
         strategy_name=strategy_name,
         n_gpu=_n_gpu(accelerator, env, strategy_name, use_cpu=_cpu_requested(args, env)),

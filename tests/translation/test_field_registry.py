@@ -15,7 +15,7 @@ from hf_lightning.translation.field_registry import (
     TRAINING_ARGUMENTS_REGISTRY,
     registry_markdown,
 )
-from hf_lightning.translation.registry import distributed, evaluation, features, reporting, system, training
+from hf_lightning.translation.registry import distributed, evaluation, reporting, system, training
 from hf_lightning.translation.registry.core import STATUSES, FieldEntry, always
 
 REFERENCE_FIELDS = [f.name for f in dataclasses.fields(transformers.TrainingArguments)]
@@ -76,11 +76,6 @@ def test_registry_default_is_the_reference_default(name):
     assert FIELD_REGISTRY[name].default == getattr(reference, "value", reference)
 
 
-def test_features_named_by_entries_exist():
-    for entry in FIELD_REGISTRY.values():
-        assert entry.feature is None or entry.feature in features.FEATURES
-
-
 def test_registry_markdown_has_one_row_per_field():
     table = registry_markdown()
     rows = [line for line in table.splitlines() if line.startswith("| `")]
@@ -88,20 +83,6 @@ def test_registry_markdown_has_one_row_per_field():
     assert next(row for row in rows if row.startswith("| `enable_jit_checkpoint`")).split("|")[3].strip() == "yes"
     assert next(row for row in rows if row.startswith("| `push_to_hub`")).split("|")[3].strip() == "yes"
     assert next(row for row in rows if row.startswith("| `seed`")).split("|")[3].strip() == "yes"
-
-
-def test_registry_markdown_follows_the_feature_switchboard(monkeypatch):
-    # Every feature has landed today: a made-up pending one shows the table following the switchboard.
-    monkeypatch.setitem(features.FEATURES, "demo", (False, "a demonstration feature"))
-    entry = dataclasses.replace(field_registry.FIELD_REGISTRY["enable_jit_checkpoint"], feature="demo")
-    monkeypatch.setitem(field_registry.FIELD_REGISTRY, "enable_jit_checkpoint", entry)
-
-    def jit_row() -> str:
-        return next(line for line in registry_markdown().splitlines() if line.startswith("| `enable_jit_checkpoint`"))
-
-    assert jit_row().split("|")[3].strip().startswith("pending: a demonstration feature has not landed")
-    monkeypatch.setitem(features.FEATURES, "demo", (True, "a demonstration feature"))
-    assert jit_row().split("|")[3].strip() == "yes"
 
 
 def test_statuses_are_the_four_documented_ones():

@@ -20,10 +20,8 @@ from hf_lightning.integrations.loggers import build_loggers, default_logdir
 from hf_lightning.strategies.build import build_strategy, resolve_ddp_kwargs
 from hf_lightning.strategies.process_group import process_group_kwargs
 from hf_lightning.translation.environment import Environment
-from hf_lightning.translation.field_registry import FIELD_REGISTRY
 from hf_lightning.translation.plan import Plan
-from hf_lightning.translation.registry import features
-from hf_lightning.translation.registry.core import STATUSES, equals, gated
+from hf_lightning.translation.registry.core import STATUSES
 from hf_lightning.translation.registry.distributed import fsdp_config
 from hf_lightning.translation.translate import explain, translate
 
@@ -387,25 +385,6 @@ def test_liger_kernel_is_honoured_when_installed(make_args):
     plan = translate(make_args(use_liger_kernel=True), env)
     assert plan.notes["use_liger_kernel"].status == "honoured"
     assert plan.notes["liger_kernel_config"].status == "honoured"
-
-
-def test_features_flip_from_refused_to_honoured(make_args, monkeypatch):
-    # Every feature has landed today, so the switchboard is exercised with a pending one made up here.
-    monkeypatch.setitem(features.FEATURES, "demo", (False, "a demonstration feature"))
-    gated_entry = dataclasses.replace(
-        FIELD_REGISTRY["enable_jit_checkpoint"],
-        feature="demo",
-        handler=gated("demo", is_neutral=equals(False), how_landed="demo", how_neutral="off",
-                      fix="set enable_jit_checkpoint=False"),
-    )
-    monkeypatch.setitem(FIELD_REGISTRY, "enable_jit_checkpoint", gated_entry)
-    args = override(make_args(), enable_jit_checkpoint=True)
-    message = refusal(args)
-    assert "enable_jit_checkpoint=" in message and "a demonstration feature has not landed" in message
-    assert translate(make_args(), CPU).notes["enable_jit_checkpoint"].status == "not-applicable"
-    monkeypatch.setitem(features.FEATURES, "demo", (True, "a demonstration feature"))
-    plan = translate(args, CPU)
-    assert plan.notes["enable_jit_checkpoint"].status == "honoured"
 
 
 def test_hub_fields_are_honoured_when_pushing(make_args):

@@ -19,7 +19,6 @@ from hf_lightning.translation.plan import NOT_APPLICABLE as NOT_APPLICABLE
 from hf_lightning.translation.plan import REFUSED as REFUSED
 from hf_lightning.translation.plan import STATUSES as STATUSES
 from hf_lightning.translation.plan import WARNED as WARNED
-from hf_lightning.translation.registry.features import describe
 
 if TYPE_CHECKING:
     from hf_lightning.translation.environment import Environment
@@ -90,7 +89,6 @@ class Context:
 
     args: Any
     env: Environment
-    features: Mapping[str, bool]
     accelerator: str  # "cpu" | "gpu" | "mps"
     strategy_name: str  # "single" | "ddp" | "fsdp" | "fsdp2" | "deepspeed" | "tp"
     n_gpu: int  # the reference's `args.n_gpu`, computed from `env` (no device set-up)
@@ -98,10 +96,6 @@ class Context:
     def get(self, name: str, default: Any = None) -> Any:
         """`args.<name>` with enums turned into their string values."""
         return plain(getattr(self.args, name, default))
-
-    def landed(self, feature: str) -> bool:
-        """Whether `feature` is carried out by the engine today."""
-        return self.features[feature]
 
     @property
     def multi_process(self) -> bool:
@@ -120,7 +114,6 @@ class FieldEntry:
     default: Any
     handler: Handler
     doc: str
-    feature: str | None = None  # the engine feature a non-default value needs, if any
 
 
 # ---------------------------------------------------------------- handler factories
@@ -142,35 +135,3 @@ def script_flag(how: str) -> Handler:
         return not_applicable(how)
 
     return handler
-
-
-def not_landed_message(feature: str, fix: str) -> str:
-    """The standard refusal sentence for a feature that has not landed yet."""
-    return f"{describe(feature)} has not landed in hf_lightning yet; {fix}"
-
-
-def gated(
-    feature: str,
-    *,
-    is_neutral: Callable[[Any, Context], bool],
-    how_landed: str,
-    how_neutral: str,
-    fix: str,
-) -> Handler:
-    """A field that needs `feature`: honoured once it has landed; until then a neutral value (one
-    that does not change what `train()` does) is noted "not-applicable" and any other value refused.
-    """
-
-    def handler(field_name: str, value: Any, ctx: Context) -> Decision:
-        if ctx.landed(feature):
-            return honoured(how_landed)
-        if is_neutral(value, ctx):
-            return not_applicable(how_neutral)
-        return refused(not_landed_message(feature, fix))
-
-    return handler
-
-
-def equals(default: Any) -> Callable[[Any, Context], bool]:
-    """Neutral-value test: the value equals `default`."""
-    return lambda value, ctx: value == default
