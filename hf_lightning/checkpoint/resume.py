@@ -1,9 +1,8 @@
 """Resuming training from a checkpoint: choosing it, loading it without running pickled code, fast-forwarding.
 
-The reference's `train(resume_from_checkpoint=...)` (CKPT-3.13 to CKPT-3.15, R2.10), split over the run (each
-step is called by the run's `ResumeConnector`, hf_lightning/checkpoint/resume_connector.py, which holds the files and
-the resume point):
-`prepare_resume` at `train()` entry (choose the folder, load the weights, read every file up front so a bad one is
+The reference's `train(resume_from_checkpoint=...)` (CKPT-3.13 to CKPT-3.15, R2.10), carried out by each run's
+`Resumer`, which holds the checkpoint's files and the resume point, in steps at the reference's moments:
+`prepare` at `train()` entry (choose the folder, load the weights, read every file up front so a bad one is
 refused before training), `restore_trainer_state` where the reference's `_init_training_state` runs,
 `position_lightning_loops` before `fit` (Lightning's epoch and step counters start where the checkpoint stopped),
 `load_optimizer_and_scheduler` once Lightning has built them, then per epoch `enter_epoch` (skip the micro-batches
@@ -83,66 +82,6 @@ class ResumePoint:
 
 
 # ---- train() entry -------------------------------------------------------------------------------------------
-
-
-def prepare_resume(
-    trainer: TrainerLike, resume_from_checkpoint: str | bool | None
-) -> ResumeFiles | None:
-    """Choose the checkpoint, load the model weights into `trainer.model` and read the optimizer, scheduler,
-    scaler and RNG files; None when not resuming.
-
-    `True` picks the newest complete `checkpoint-N` in `output_dir` (scratch folders of killed saves are tidied
-    first, so a folder moved aside by a killed replacement counts again). Every file is read with
-    `torch.load(weights_only=True)` or safetensors: a file that would run pickled code is refused (ValueError).
-    """
-    if resume_from_checkpoint is None or resume_from_checkpoint is False:
-        return None
-    args = trainer.args
-    if resume_from_checkpoint is True:
-        checkpoint = _newest_complete_checkpoint(args)
-    elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
-        checkpoint = os.fspath(resume_from_checkpoint)
-    else:
-        raise ValueError(
-            f"resume_from_checkpoint={resume_from_checkpoint!r}: pass True (the newest checkpoint in output_dir), "
-            "a checkpoint folder path, or None."
-        )
-    # The strategy's files: FSDP loads into the wrapped model and DeepSpeed's engine its own checkpoint at train
-    # start, one process or DDP reads model.safetensors now (strategies/checkpoint_io.py).
-    io = trainer._checkpoint_io
-    io.check_resumable(trainer, checkpoint)
-    state_path = os.path.join(checkpoint, TRAINER_STATE_NAME)
-    if not os.path.isfile(state_path):
-        raise ValueError(
-            f"Can't resume from {checkpoint}: it has no {TRAINER_STATE_NAME}, so the step to continue from is "
-            "unknown. Resume from a checkpoint written by Trainer.train(), or start a fresh run."
-        )
-    names = _torch_files_to_restore(args, checkpoint, io.optimizer_files(checkpoint))
-    if resume_from_checkpoint is not True:  # True chose a checkpoint that passed checkpoint_problem just now
-        problem = _explicit_checkpoint_problem(
-            checkpoint, weights_required=io.weights_files_required, read_next=names
-        )
-        if problem is not None:
-            raise ValueError(_refusal(checkpoint, problem))
-    # Every torch file is read (and a bad one refused) before the model is touched.
-    files = ResumeFiles(checkpoint, names=names)
-    for name in files.names:
-        try:
-            files.loaded[name] = files.take(
-                name, optimizer_map_location(args) if name == OPTIMIZER_NAME else "cpu"
-            )
-        except ValueError as error:  # safe_torch_load's refusal, naming the file
-            raise ValueError(_refusal(checkpoint, str(error))) from error
-    position_path = os.path.join(checkpoint, DATASET_POSITION_NAME)
-    if os.path.isfile(position_path) and not args.ignore_data_skip:
-        files.dataset_position = read_position_record(position_path)
-    if io.loads_weights_before_training:  # the reference's moment: before the optimizer exists
-        trainer._load_from_checkpoint(checkpoint)
-    if args.auto_find_batch_size:
-        saved_batch_size = TrainerState.load_from_json(state_path).train_batch_size
-        if saved_batch_size is not None:
-            trainer._train_batch_size = saved_batch_size
-    return files
 
 
 def _newest_complete_checkpoint(args: Any) -> str:
@@ -228,36 +167,6 @@ def _torch_files_to_restore(args: Any, checkpoint: str, optimizer_files: list[st
 # ---- the trainer state (the reference's `_init_training_state`) ------------------------------------------------
 
 
-def restore_trainer_state(trainer: TrainerLike, files: ResumeFiles | None, values: Any) -> ResumePoint | None:
-    """Replace the fresh `TrainerState` by the checkpoint's, restore callbacks, and compute the fast-forward."""
-    if files is None:
-        return None
-    point = ResumePoint(files)
-    args = trainer.args
-    trainer.state = TrainerState.load_from_json(os.path.join(files.checkpoint, TRAINER_STATE_NAME))
-    best = trainer.state.best_model_checkpoint
-    if best is not None and not os.path.isdir(best):
-        logger.warning(
-            f"The best checkpoint {best} recorded in the resumed state does not exist anymore. Ignoring it for "
-            "this run."
-        )
-        trainer.state.best_model_checkpoint = None
-    _warn_on_argument_mismatch(args, trainer.state)
-    if args.restore_callback_states_from_checkpoint:
-        _load_callback_state(trainer)
-    upe = values.num_update_steps_per_epoch
-    point.epochs_trained = int(trainer.state.global_step // upe)
-    if not args.ignore_data_skip:
-        point.steps_trained_in_current_epoch = (
-            trainer.state.global_step % upe
-        ) * trainer.plan.module.gradient_accumulation_steps
-    logger.info(
-        f"  Resuming training from checkpoint with epoch {point.epochs_trained} and global step "
-        f"{trainer.state.global_step}"
-    )
-    return point
-
-
 def _warn_on_argument_mismatch(args: Any, state: TrainerState) -> None:
     """The reference's `compare_trainer_and_checkpoint_args`: a warning, never an error."""
     mismatches = [
@@ -281,7 +190,7 @@ def _warn_on_argument_mismatch(args: Any, state: TrainerState) -> None:
         )
 
 
-def _load_callback_state(trainer: TrainerLike) -> None:
+def load_callback_state(trainer: TrainerLike) -> None:
     """`restore_callback_states_from_checkpoint`: rebuild each stored callback as `cls(**args)` + attributes.
 
     As the reference: the new instance replaces the old one and goes to the end of the callback list; the stored
@@ -317,112 +226,237 @@ def _load_callback_state(trainer: TrainerLike) -> None:
 # ---- Lightning, optimizer and scheduler --------------------------------------------------------------------------
 
 
-def position_lightning_loops(
-    trainer: TrainerLike, point: ResumePoint | None, lightning_trainer: pl.Trainer
-) -> None:
-    """Start Lightning's counters at the checkpoint: `current_epoch` = epochs trained, `global_step` = the state's.
-
-    Lightning then stops at the reference's `max_steps` / epoch count, and the module's epoch index is the
-    reference's. Set before `fit`; Lightning resets neither counter when it starts without a Lightning checkpoint.
-    """
-    if point is None:
-        return
-    fit_loop = lightning_trainer.fit_loop
-    for progress in (fit_loop.epoch_progress.total, fit_loop.epoch_progress.current):
-        progress.ready = progress.started = progress.processed = progress.completed = point.epochs_trained
-    steps = fit_loop.epoch_loop.manual_optimization.optim_step_progress.total
-    steps.ready = steps.completed = trainer.state.global_step
-    fit_loop.epoch_loop._batches_that_stepped = trainer.state.global_step
-
-
-def load_optimizer_and_scheduler(
-    trainer: TrainerLike, point: ResumePoint | None, lightning_trainer: pl.Trainer
-) -> None:
-    """Load `optimizer.pt` / `scheduler.pt` (both or neither) and `scaler.pt` into what Lightning set up."""
-    if point is None:
-        return
-    files = point.files
-    trainer._checkpoint_io.load_optimizer_and_scheduler(trainer, files)  # as the strategy holds them
-    if SCALER_NAME in files.names:
-        scaler = getattr(lightning_trainer.precision_plugin, "scaler", None)
-        if scaler is None:
-            logger.warning(
-                f"{files.checkpoint} holds an fp16 grad-scaler state ({SCALER_NAME}) but this run has no grad "
-                "scaler (fp16=False); the scaler state is not restored."
-            )
-        else:
-            scaler.load_state_dict(files.take(SCALER_NAME))
-
-
 # ---- the resumed epoch ------------------------------------------------------------------------------------------
 
 
-def enter_epoch(facade: TrainerLike, point: ResumePoint | None, run: RunLike, epoch: int) -> int:
-    """At the start of epoch `epoch`: fast-forward when it is the resumed one (the run's count of updates done in
-    the epoch moves past the skipped windows); returns the micro-batch index to continue from (-1: the epoch's
-    start).
+# ---- the component -------------------------------------------------------------------------------------------
 
-    The skipped micro-batches are dropped at the sampler level (no item is loaded). With nothing to skip (an
-    epoch boundary, or `ignore_data_skip`) the RNG is restored now, before the epoch draws anything.
+
+class Resumer:
+    """Resuming one `train()` call: the chosen checkpoint's files (read at entry, shared by `auto_find_batch_size`
+    attempts) and where this attempt restarts, with the steps that use them at the reference's moments.
+
+    The weights, optimizer, scheduler, scaler, RNG and callback states load through the trainer's reference-named
+    methods (`_load_from_checkpoint`, `_load_optimizer_and_scheduler`, `_load_scaler`, `_load_rng_state`,
+    `_load_callback_state`), so a subclass's override is what runs.
     """
-    if point is None or point.entered or epoch != point.epochs_trained:
-        return -1
-    point.entered = True
-    skip = point.steps_trained_in_current_epoch
-    if skip == 0:
-        _restore_rng(facade, point)
-        return -1
-    run.updates_done_in_epoch = skip // facade.plan.module.gradient_accumulation_steps
-    dataloader = facade.callback_handler.train_dataloader
-    resumes_at_position = getattr(dataloader, "resume_at_position", None)
-    if callable(resumes_at_position) and resumes_at_position(point.files.dataset_position, epoch, skip):
-        logger.info(f"  The train dataset continues from its position before batch {skip} of epoch {epoch}.")
-    elif callable(getattr(dataloader, "skip_first_batches_once", None)):
-        dataloader.skip_first_batches_once(skip)
-    else:
-        logger.warning(
-            f"The train DataLoader ({type(dataloader).__name__}) cannot skip batches by index; the {skip} batches "
-            "already trained on in this epoch are loaded and discarded. Return hf_lightning's HFDataLoader from "
-            "get_train_dataloader to skip them without loading."
+
+    def __init__(self, trainer: TrainerLike, run: RunLike):
+        self.trainer = trainer
+        self.run = run
+        self.files: ResumeFiles | None = None  # read at train() entry; reused by every batch-size attempt
+        self.point: ResumePoint | None = None  # this attempt's fast-forward
+
+    def prepare(self, resume_from_checkpoint: str | bool | None) -> None:
+        """At `train()` entry: choose the checkpoint, load the model weights (before the optimizer exists) and read
+        the optimizer, scheduler, scaler and RNG files, so a bad one is refused before training.
+
+        `True` picks the newest complete `checkpoint-N` in `output_dir` (scratch folders of killed saves are tidied
+        first, so a folder moved aside by a killed replacement counts again). Every file is read with
+        `torch.load(weights_only=True)` or safetensors: a file that would run pickled code is refused (ValueError).
+        """
+        if resume_from_checkpoint is None or resume_from_checkpoint is False:
+            return
+        trainer = self.trainer
+        args = trainer.args
+        if resume_from_checkpoint is True:
+            checkpoint = _newest_complete_checkpoint(args)
+        elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            checkpoint = os.fspath(resume_from_checkpoint)
+        else:
+            raise ValueError(
+                f"resume_from_checkpoint={resume_from_checkpoint!r}: pass True (the newest checkpoint in output_dir), "
+                "a checkpoint folder path, or None."
+            )
+        # The strategy's files: FSDP loads into the wrapped model and DeepSpeed's engine its own checkpoint at train
+        # start, one process or DDP reads model.safetensors now (strategies/checkpoint_io.py).
+        io = trainer._checkpoint_io
+        io.check_resumable(trainer, checkpoint)
+        state_path = os.path.join(checkpoint, TRAINER_STATE_NAME)
+        if not os.path.isfile(state_path):
+            raise ValueError(
+                f"Can't resume from {checkpoint}: it has no {TRAINER_STATE_NAME}, so the step to continue from is "
+                "unknown. Resume from a checkpoint written by Trainer.train(), or start a fresh run."
+            )
+        names = _torch_files_to_restore(args, checkpoint, io.optimizer_files(checkpoint))
+        if resume_from_checkpoint is not True:  # True chose a checkpoint that passed checkpoint_problem just now
+            problem = _explicit_checkpoint_problem(
+                checkpoint, weights_required=io.weights_files_required, read_next=names
+            )
+            if problem is not None:
+                raise ValueError(_refusal(checkpoint, problem))
+        # Every torch file is read (and a bad one refused) before the model is touched.
+        files = ResumeFiles(checkpoint, names=names)
+        for name in files.names:
+            try:
+                files.loaded[name] = files.take(
+                    name, optimizer_map_location(args) if name == OPTIMIZER_NAME else "cpu"
+                )
+            except ValueError as error:  # safe_torch_load's refusal, naming the file
+                raise ValueError(_refusal(checkpoint, str(error))) from error
+        position_path = os.path.join(checkpoint, DATASET_POSITION_NAME)
+        if os.path.isfile(position_path) and not args.ignore_data_skip:
+            files.dataset_position = read_position_record(position_path)
+        if io.loads_weights_before_training:  # the reference's moment: before the optimizer exists
+            trainer._load_from_checkpoint(checkpoint)
+        if args.auto_find_batch_size:
+            saved_batch_size = TrainerState.load_from_json(state_path).train_batch_size
+            if saved_batch_size is not None:
+                trainer._train_batch_size = saved_batch_size
+        self.files = files
+
+    def restore_trainer_state(self, values: Any) -> None:
+        """Where the reference's `_init_training_state` runs: the checkpoint's `TrainerState` replaces the fresh one,
+        callbacks are restored, and the fast-forward is computed."""
+        files = self.files
+        if files is None:
+            self.point = None
+            return
+        trainer = self.trainer
+        point = self.point = ResumePoint(files)
+        args = trainer.args
+        trainer.state = TrainerState.load_from_json(os.path.join(files.checkpoint, TRAINER_STATE_NAME))
+        best = trainer.state.best_model_checkpoint
+        if best is not None and not os.path.isdir(best):
+            logger.warning(
+                f"The best checkpoint {best} recorded in the resumed state does not exist anymore. Ignoring it for "
+                "this run."
+            )
+            trainer.state.best_model_checkpoint = None
+        _warn_on_argument_mismatch(args, trainer.state)
+        if args.restore_callback_states_from_checkpoint:
+            trainer._load_callback_state()
+        upe = values.num_update_steps_per_epoch
+        point.epochs_trained = int(trainer.state.global_step // upe)
+        if not args.ignore_data_skip:
+            point.steps_trained_in_current_epoch = (
+                trainer.state.global_step % upe
+            ) * trainer.plan.module.gradient_accumulation_steps
+        logger.info(
+            f"  Resuming training from checkpoint with epoch {point.epochs_trained} and global step "
+            f"{trainer.state.global_step}"
         )
-        point.replay = skip
-    point.rng_pending = True
-    logger.info(f"  Fast-forwarding the dataloader past {point.epochs_trained} epochs and {skip} batches.")
-    return skip - 1
+
+    def position_lightning_loops(self, lightning_trainer: pl.Trainer) -> None:
+        """Start Lightning's counters at the checkpoint: `current_epoch` = epochs trained, `global_step` = the
+        state's. Lightning then stops at the reference's `max_steps` / epoch count, and the module's epoch index is
+        the reference's. Set before `fit`; Lightning resets neither counter when it starts without a Lightning
+        checkpoint."""
+        point = self.point
+        if point is None:
+            return
+        fit_loop = lightning_trainer.fit_loop
+        for progress in (fit_loop.epoch_progress.total, fit_loop.epoch_progress.current):
+            progress.ready = progress.started = progress.processed = progress.completed = point.epochs_trained
+        steps = fit_loop.epoch_loop.manual_optimization.optim_step_progress.total
+        steps.ready = steps.completed = self.trainer.state.global_step
+        fit_loop.epoch_loop._batches_that_stepped = self.trainer.state.global_step
+
+    def load_optimizer_and_scheduler(self) -> None:
+        """Once Lightning has built them: the optimizer and scheduler states, then the grad scaler's (the reference's
+        `_load_optimizer_and_scheduler` and `_load_scaler`)."""
+        if self.point is None:
+            return
+        checkpoint = self.point.files.checkpoint
+        self.trainer._load_optimizer_and_scheduler(checkpoint)
+        self.trainer._load_scaler(checkpoint)
+
+    def enter_epoch(self, epoch: int) -> int:
+        """At the start of epoch `epoch`: fast-forward when it is the resumed one (the run's count of updates done
+        in the epoch moves past the skipped windows); returns the micro-batch index to continue from (-1: the
+        epoch's start).
+
+        The skipped micro-batches are dropped at the sampler level (no item is loaded). With nothing to skip (an
+        epoch boundary, or `ignore_data_skip`) the RNG is restored now, before the epoch draws anything.
+        """
+        point, facade = self.point, self.trainer
+        if point is None or point.entered or epoch != point.epochs_trained:
+            return -1
+        point.entered = True
+        skip = point.steps_trained_in_current_epoch
+        if skip == 0:
+            facade._load_rng_state(point.files.checkpoint)
+            return -1
+        self.run.updates_done_in_epoch = skip // facade.plan.module.gradient_accumulation_steps
+        dataloader = facade.callback_handler.train_dataloader
+        resumes_at_position = getattr(dataloader, "resume_at_position", None)
+        if callable(resumes_at_position) and resumes_at_position(point.files.dataset_position, epoch, skip):
+            logger.info(f"  The train dataset continues from its position before batch {skip} of epoch {epoch}.")
+        elif callable(getattr(dataloader, "skip_first_batches_once", None)):
+            dataloader.skip_first_batches_once(skip)
+        else:
+            logger.warning(
+                f"The train DataLoader ({type(dataloader).__name__}) cannot skip batches by index; the {skip} batches "
+                "already trained on in this epoch are loaded and discarded. Return hf_lightning's HFDataLoader from "
+                "get_train_dataloader to skip them without loading."
+            )
+            point.replay = skip
+        point.rng_pending = True
+        logger.info(f"  Fast-forwarding the dataloader past {point.epochs_trained} epochs and {skip} batches.")
+        return skip - 1
+
+    def skip_replayed_batches(self, dataloader_iter: Any) -> None:
+        """Before the first window of the resumed epoch: discard the batches a plain DataLoader could not skip."""
+        point = self.point  # checked here: once per update, and nearly always nothing to do
+        if point is None or not point.replay:
+            return
+        remaining, point.replay = point.replay, 0
+        for _ in range(remaining):
+            next(dataloader_iter)
+
+    def sync_rng_after_first_window(self) -> None:
+        """After the resumed epoch's first window is fetched: restore the checkpoint's RNG (the reference's
+        `rng_to_sync`), so every draw from here on equals the uninterrupted run's."""
+        point = self.point
+        if point is not None and point.rng_pending:
+            point.rng_pending = False
+            self.trainer._load_rng_state(point.files.checkpoint)
 
 
-def skip_replayed_batches(point: ResumePoint | None, dataloader_iter: Any) -> None:
-    """Before the first window of the resumed epoch: discard the batches a plain DataLoader could not skip."""
-    if point is None or not point.replay:
+def resume_files(trainer: TrainerLike, checkpoint: str) -> ResumeFiles:
+    """The files of `checkpoint` a resume reads: those read at the running `train()`'s entry when it resumes from
+    `checkpoint`, else read now (a subclass or a script calling the reference's loading methods itself)."""
+    run = trainer._training_run
+    files = run.resume.files if run is not None else None
+    if files is not None and files.checkpoint == checkpoint:
+        return files
+    io = trainer._checkpoint_io
+    return ResumeFiles(checkpoint, names=_torch_files_to_restore(trainer.args, checkpoint, io.optimizer_files(checkpoint)))
+
+
+def load_scaler_state(trainer: TrainerLike, checkpoint: str) -> None:
+    """`scaler.pt` into the fp16 grad scaler of Lightning's precision plugin; warned about without one."""
+    files = resume_files(trainer, checkpoint)
+    if SCALER_NAME not in files.names:
         return
-    remaining, point.replay = point.replay, 0
-    for _ in range(remaining):
-        next(dataloader_iter)
+    scaler = getattr(trainer.lightning_trainer.precision_plugin, "scaler", None)
+    if scaler is None:
+        logger.warning(
+            f"{files.checkpoint} holds an fp16 grad-scaler state ({SCALER_NAME}) but this run has no grad "
+            "scaler (fp16=False); the scaler state is not restored."
+        )
+    else:
+        scaler.load_state_dict(files.take(SCALER_NAME))
 
 
-def sync_rng_after_first_window(facade: TrainerLike, point: ResumePoint | None) -> None:
-    """After the resumed epoch's first window is fetched: restore the checkpoint's RNG (the reference's
-    `rng_to_sync`), so every draw from here on equals the uninterrupted run's."""
-    if point is not None and point.rng_pending:
-        point.rng_pending = False
-        _restore_rng(facade, point)
-
-
-def _restore_rng(facade: TrainerLike, point: ResumePoint) -> None:
-    """The reference's `_load_rng_state`: Python, NumPy, torch CPU and (when present) CUDA generators."""
+def load_rng_state(trainer: TrainerLike, checkpoint: str) -> None:
+    """The reference's `_load_rng_state`: Python, NumPy, torch CPU and (when present) CUDA generators from this
+    process's RNG file of `checkpoint` (nothing when it has none)."""
+    files = resume_files(trainer, checkpoint)
+    names = [name for name in files.names if name.startswith("rng_state")]
+    if not names:
+        return
+    # Kept, not taken: an auto_find_batch_size restart restores it again.
+    states = files.loaded.get(names[0]) or files.take(names[0])
     import numpy as np
     import torch
 
-    names = [name for name in point.files.names if name.startswith("rng_state")]
-    if not names:
-        return
-    states = point.files.loaded[names[0]]  # kept: an auto_find_batch_size restart restores it again
     random.setstate(states["python"])
     np.random.set_state(states["numpy"])
     torch.random.set_rng_state(states["cpu"])
     if torch.cuda.is_available():
         try:
-            if enum_value(facade.args.parallel_mode) == "distributed":
+            if enum_value(trainer.args.parallel_mode) == "distributed":
                 torch.cuda.random.set_rng_state_all(states["cuda"])
             else:
                 torch.cuda.random.set_rng_state(states["cuda"])

@@ -27,7 +27,13 @@ from hf_lightning.checkpoint.files import (
 )
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
 from hf_lightning.checkpoint.output_folder import apply_umask
-from hf_lightning.checkpoint.resume import warn_on_version_mismatch
+from hf_lightning.checkpoint.resume import (
+    load_callback_state,
+    load_rng_state,
+    load_scaler_state,
+    resume_files,
+    warn_on_version_mismatch,
+)
 from hf_lightning.checkpoint.save_imports import deepspeed_probe_skipped_while_unloaded
 from hf_lightning.core.checkpoint_files import (
     SAFE_WEIGHTS_NAME,
@@ -282,6 +288,28 @@ class CheckpointMixin(MetricsIOMixin):
         logger.info(f"Loading model from {resume_from_checkpoint}.")
         warn_on_version_mismatch(resume_from_checkpoint)
         self._checkpoint_io.load_weights(self, resume_from_checkpoint, self.model if model is None else model)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """The optimizer and scheduler states of `checkpoint` (both or neither), as the strategy holds them. The
+        reference's override point: a resume calls it once Lightning has built the optimizer and scheduler."""
+        if checkpoint is not None:
+            self._checkpoint_io.load_optimizer_and_scheduler(self, resume_files(self, checkpoint))
+
+    def _load_scaler(self, checkpoint: str | None) -> None:
+        """The fp16 grad scaler's state of `checkpoint`, right after the optimizer's (the reference's override point)."""
+        if checkpoint is not None:
+            load_scaler_state(self, checkpoint)
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        """The random generators' states of `checkpoint` (this process's RNG file), where the resumed epoch draws
+        as the uninterrupted run did (the reference's override point and moment)."""
+        if checkpoint is not None:
+            load_rng_state(self, checkpoint)
+
+    def _load_callback_state(self) -> None:
+        """`restore_callback_states_from_checkpoint`: the callbacks (and `control`) the resumed trainer state
+        stores, rebuilt (the reference's override point)."""
+        load_callback_state(self)
 
     @property
     def _checkpoint_io(self) -> StrategyCheckpointIO:

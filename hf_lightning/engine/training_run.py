@@ -19,7 +19,7 @@ import torch
 import hf_lightning.engine.schedule as schedule
 from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.callbacks import TrainerState
-from hf_lightning.checkpoint.resume_connector import ResumeConnector
+from hf_lightning.checkpoint.resume import Resumer
 from hf_lightning.core.devices import empty_device_cache, is_out_of_memory
 from hf_lightning.core.outputs import TrainOutput
 from hf_lightning.core.protocols import TrainerLike
@@ -55,7 +55,7 @@ class TrainingRun:
         self.module: HFLightningModule | None = None
         self.lightning_trainer: pl.Trainer | None = None
         self.fitting = False  # inside Lightning's `fit`: logs go through Lightning's logger connector
-        self.resume = ResumeConnector(facade, self)
+        self.resume = Resumer(facade, self)
         self.logging = LoggingConnector(facade, self)
         self.evaluation = EvaluationConnector(facade, self)
         self.checkpointing = facade._checkpointer  # the trainer's: its background writer outlives a run
@@ -283,7 +283,7 @@ class _TrainBeginBridge(pl.Callback):
         self.started = True
         run = self._run
         facade = run.facade
-        run.resume.load_optimizer_and_scheduler(lightning_trainer)
+        run.resume.load_optimizer_and_scheduler()
         handler = facade.callback_handler
         handler.model = facade.model
         handler.optimizer = facade.optimizer

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from hf_lightning.checkpoint.resume_connector import ResumeConnector
+from hf_lightning.checkpoint.resume import Resumer
 
 
 def record_chosen_checkpoints(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The checkpoint folder each later `train()` resumes from, in call order (runs that do not resume: none)."""
     chosen: list[str] = []
-    prepare = ResumeConnector.prepare
+    prepare = Resumer.prepare
 
-    def recording_prepare(self: ResumeConnector, resume_from_checkpoint) -> None:
+    def recording_prepare(self: Resumer, resume_from_checkpoint) -> None:
         prepare(self, resume_from_checkpoint)
         if self.files is not None:
             chosen.append(self.files.checkpoint)
 
-    monkeypatch.setattr(ResumeConnector, "prepare", recording_prepare)
+    monkeypatch.setattr(Resumer, "prepare", recording_prepare)
     return chosen

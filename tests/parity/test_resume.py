@@ -19,7 +19,7 @@ import transformers
 from torch import nn
 
 from hf_lightning import TrainingArguments
-from hf_lightning.checkpoint.resume_connector import ResumeConnector
+from hf_lightning.checkpoint.resume import Resumer
 from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME, OPTIMIZER_NAME
 from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.checkpoint.chosen_checkpoints import record_chosen_checkpoints
@@ -178,7 +178,7 @@ def test_rng_restore_point_matters(tmp_path, monkeypatch):
     settings = dict(gradient_accumulation_steps=2, max_steps=8, save_steps=4)
     straight = train("ours", tmp_path / "a", dataset, **settings)
     train("ours", tmp_path / "b", dataset, stop_at=4, **settings)
-    monkeypatch.setattr(ResumeConnector, "sync_rng_after_first_window", lambda connector: None)
+    monkeypatch.setattr(Resumer, "sync_rng_after_first_window", lambda connector: None)
     unsynced = train("ours", tmp_path / "b", dataset, resume=True, model_seed=7, **settings)
     assert max_difference(unsynced.weights, straight.weights) > 0
 
@@ -324,6 +324,57 @@ def test_an_overridden_load_from_checkpoint_is_what_a_resume_calls(tmp_path):
         assert LoadsNothingOnResume.calls == [("checkpoint-4", None)]
     assert max_difference(runs["ours"].weights, runs["reference"].weights) <= 1e-6
     assert max_difference(runs["ours"].weights, straight.weights) > 1e-3
+
+
+class RecordsCheckpointLoads:
+    """Records each of the reference's checkpoint-loading override points a resume calls, then runs the base's."""
+
+    calls: list[tuple[str, str | None]] = []
+
+    def _record(self, name: str, checkpoint: Any) -> None:
+        self.calls.append((name, os.path.basename(checkpoint) if checkpoint is not None else None))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        self._record("_load_from_checkpoint", resume_from_checkpoint)
+        return super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        self._record("_load_optimizer_and_scheduler", checkpoint)
+        return super()._load_optimizer_and_scheduler(checkpoint)
+
+    def _load_scaler(self, checkpoint):
+        self._record("_load_scaler", checkpoint)
+        return super()._load_scaler(checkpoint)
+
+    def _load_rng_state(self, checkpoint):
+        self._record("_load_rng_state", checkpoint)
+        return super()._load_rng_state(checkpoint)
+
+    def _load_callback_state(self):
+        self._record("_load_callback_state", None)
+        return super()._load_callback_state()
+
+
+@pytest.mark.parametrize("stop", [4, 5], ids=["mid-epoch", "epoch-boundary"])
+def test_a_resume_calls_the_references_loading_override_points_in_its_order(tmp_path, stop):
+    """Each loading method a subclass may override is called by the resume, once, in the reference's order and
+    with the checkpoint folder; the resumed runs end equal."""
+    dataset = classification_data(10)
+    settings = dict(max_steps=8, save_steps=stop, restore_callback_states_from_checkpoint=True)
+    runs, calls = {}, {}
+    for library in ("reference", "ours"):
+        RecordsCheckpointLoads.calls = []
+        train(library, tmp_path / library, dataset, stop_at=stop, **settings)
+        runs[library] = train(
+            library, tmp_path / library, dataset, resume=True, model_seed=7, mixin=RecordsCheckpointLoads, **settings
+        )
+        calls[library] = RecordsCheckpointLoads.calls
+    assert calls["ours"] == calls["reference"]
+    assert {name for name, _ in calls["ours"]} == {
+        "_load_from_checkpoint", "_load_optimizer_and_scheduler", "_load_scaler", "_load_rng_state",
+        "_load_callback_state",
+    }
+    assert max_difference(runs["ours"].weights, runs["reference"].weights) <= 1e-6
 
 
 # ---- choosing the checkpoint (3.13) --------------------------------------------------------------------------------
