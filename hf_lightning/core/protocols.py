@@ -122,6 +122,5 @@ class RunLike(Protocol):
     fitting: bool
     resume: Any  # checkpoint.resume.Resumer
     logging: Any  # engine.logging_connector.LoggingConnector
-    evaluation: Any  # evaluation.connector.EvaluationConnector
     checkpointing: Any  # checkpoint.checkpointer.Checkpointer
     signals: Any  # engine.signals.SignalScope

@@ -17,6 +17,7 @@ from torch import nn
 
 import hf_lightning.data.dataloaders as dataloaders
 from hf_lightning.core.devices import empty_device_cache
+from hf_lightning.core.enums import enum_value
 from hf_lightning.engine.loss import (
     activate_neftune,
     count_items_in_window,
@@ -270,7 +271,10 @@ class TrainingStepMixin:
         if self.control.should_log and self.state.global_step > run.logging.globalstep_last_logged:
             run.logging.log_training_window(grad_norm, learning_rate)
         if self.control.should_evaluate:
-            run.evaluation.evaluate()
+            metrics = self._evaluate(run.trial, run.ignore_keys_for_eval)
+            is_new_best_metric = self._determine_best_metric(metrics=metrics, trial=run.trial)
+            if enum_value(self.args.save_strategy) == "best":
+                self.control.should_save = is_new_best_metric
         if self.control.should_save or run.signals.checkpoint_pending():
             run.checkpointing.save_at_step_boundary(run.trial)  # a SIGTERM checkpoint (enable_jit_checkpoint) whatever the save rule said
 

@@ -29,7 +29,6 @@ from hf_lightning.engine.logging_connector import LoggingConnector
 from hf_lightning.engine.module import HFLightningModule
 from hf_lightning.engine.signals import SignalScope, keyboard_interrupt_of
 from hf_lightning.engine.special_tokens import align_special_tokens
-from hf_lightning.evaluation.connector import EvaluationConnector
 from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.logger_adapters import send_run_texts
 
@@ -57,7 +56,6 @@ class TrainingRun:
         self.fitting = False  # inside Lightning's `fit`: logs go through Lightning's logger connector
         self.resume = Resumer(facade, self)
         self.logging = LoggingConnector(facade, self)
-        self.evaluation = EvaluationConnector(facade, self)
         self.checkpointing = facade._checkpointer  # the trainer's: its background writer outlives a run
         self.signals = SignalScope(facade)  # SIGTERM / SIGINT during this call (hf_lightning/engine/signals.py)
 
@@ -295,7 +293,7 @@ class _TrainBeginBridge(pl.Callback):
             send_run_texts(logger, facade.args, facade.model)
         facade._fire("on_train_begin")
         if facade.args.eval_on_start:
-            run.evaluation.evaluate_on_start()
+            facade._evaluate(run.trial, run.ignore_keys_for_eval, skip_scheduler=True)  # before any step
         # Lightning calls every callback on every batch, and this one is done. Rebinding the list (rather than
         # removing from it) leaves the hook loop that is calling us undisturbed.
         lightning_trainer.callbacks = [c for c in lightning_trainer.callbacks if c is not self]
