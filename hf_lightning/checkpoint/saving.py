@@ -141,7 +141,7 @@ class CheckpointMixin(MetricsIOMixin):
 
     def _get_output_dir(self, trial: Any) -> str:
         """The run folder: `output_dir`, or `output_dir/run-<id>` (or `hp_name(trial)`) during a search."""
-        backend = enum_value(getattr(self, "hp_search_backend", None))
+        backend = enum_value(self.hp_search_backend)
         if backend is None or trial is None:
             return self.args.output_dir
         if backend == "optuna":
@@ -158,8 +158,7 @@ class CheckpointMixin(MetricsIOMixin):
             raise ValueError(
                 f"hp_search_backend={backend!r} is not supported; use 'optuna', 'ray' or 'wandb'."
             )
-        hp_name = getattr(self, "hp_name", None)
-        run_name = hp_name(trial) if hp_name is not None else f"run-{run_id}"
+        run_name = self.hp_name(trial) if self.hp_name is not None else f"run-{run_id}"
         return os.path.join(self.args.output_dir, run_name)
 
     # ---- checkpoint ------------------------------------------------------------------------------------------
@@ -186,7 +185,7 @@ class CheckpointMixin(MetricsIOMixin):
         """`scaler.pt` when Lightning's precision plugin holds an AMP grad scaler (fp16)."""
         import torch
 
-        lightning_trainer = getattr(self, "lightning_trainer", None)
+        lightning_trainer = self.lightning_trainer
         scaler = getattr(getattr(lightning_trainer, "precision_plugin", None), "scaler", None)
         if scaler is None or not self.args.should_save:
             return
@@ -221,7 +220,7 @@ class CheckpointMixin(MetricsIOMixin):
 
     def _dataset_position_record(self) -> dict[str, Any] | None:
         """The train dataset's recent positions, when its loader records them (data/dataset_position.py)."""
-        loader = getattr(getattr(self, "callback_handler", None), "train_dataloader", None)
+        loader = getattr(self.callback_handler, "train_dataloader", None)
         positions = getattr(loader, "dataset_positions", None)
         return positions.record() if positions is not None else None
 

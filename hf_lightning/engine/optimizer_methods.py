@@ -111,7 +111,7 @@ class OptimizerMixin:
         return type(self.lr_scheduler).__name__ in _PLATEAU_SCHEDULER_NAMES
 
     def _get_learning_rate(self) -> float:
-        if getattr(self, "is_deepspeed_enabled", False):  # 0 until fp16 loss-scale warm-up steps (reference)
+        if self.is_deepspeed_enabled:  # 0 until fp16 loss-scale warm-up steps (reference)
             # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
             from hf_lightning.strategies.deepspeed.strategy import engine_learning_rate
 
@@ -130,8 +130,10 @@ class OptimizerMixin:
 
     def get_tp_size(self) -> int:
         """Tensor-parallel size: parallelism_config's tp_size when the run is tensor parallel, else 1."""
-        strategy = getattr(getattr(self, "plan", None), "strategy", None)
-        return getattr(strategy, "tensor_parallel_size", 1) if strategy is not None else 1
+        # Before the constructor has translated the arguments (the accelerator's layout is read while the model
+        # is built under several processes) the plan is None: no tensor parallelism yet.
+        strategy = self.plan.strategy if self.plan is not None else None
+        return strategy.tensor_parallel_size if strategy is not None else 1
 
     def _data_parallel_layout(self) -> tuple[int, int]:
         """(replicas, this process's replica): the tensor-parallel ranks of one replica read the same batches, as

@@ -233,7 +233,7 @@ class TrainingStepMixin:
 
     def _clip_grad_norm(self, model: nn.Module) -> float:
         """Clip at `max_grad_norm` (or only measure with clipping off) and return the pre-clip norm (R4.8)."""
-        if getattr(self, "is_deepspeed_enabled", False):  # the engine clipped inside its step: its norm
+        if self.is_deepspeed_enabled:  # the engine clipped inside its step: its norm
             # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
             from hf_lightning.strategies.deepspeed.strategy import engine_global_grad_norm
 

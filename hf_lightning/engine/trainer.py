@@ -61,6 +61,7 @@ from hf_lightning.integrations.loggers import build_loggers
 from hf_lightning.strategies.evaluation import deepspeed_input_dtype
 from hf_lightning.strategies.launch import maybe_launch_over_devices
 from hf_lightning.strategies.tensor_parallel import plans as tensor_parallel_plans
+from hf_lightning.translation.plan import Plan
 from hf_lightning.translation.translate import explain, translate
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,10 @@ class HFLightningTrainer(
 
     # None: decide per step as the reference does (R4.5); a subclass sets True/False for its own loss.
     loss_is_scaled_for_ga: bool | None = None
+    # With persistent workers, the eval DataLoaders built so far (replaced, never mutated), as the reference's.
+    _eval_dataloaders: dict[str, Any] = {}  # noqa: RUF012
+    # The translation of `args` (translation/plan.py), set by the constructor once the model is built.
+    plan: Plan | None = None
 
     def __init__(
         self,
@@ -392,7 +397,7 @@ class HFLightningTrainer(
         if eval_dataset is None and self.eval_dataset is None:
             raise ValueError("Trainer: evaluation requires an eval_dataset.")
         dataloader_key = eval_dataset if isinstance(eval_dataset, str) else "eval"
-        cache = getattr(self, "_eval_dataloaders", {})
+        cache = self._eval_dataloaders
         if dataloader_key in cache and self.args.dataloader_persistent_workers:
             return cache[dataloader_key]
         if isinstance(eval_dataset, str):
@@ -479,7 +484,7 @@ class HFLightningTrainer(
             if chosen is None or isinstance(chosen, bool):
                 return []
             return list(chosen) if isinstance(chosen, (list, tuple)) else [chosen]
-        if getattr(self, "_loggers_before_training", None) is None:
+        if self._loggers_before_training is None:
             if not self.plan.loggers:
                 return []
 

@@ -74,9 +74,7 @@ class EvaluationMixin:
                 metrics.update(dataset_metrics)
             return metrics
 
-        memory_tracker = getattr(self, "_memory_tracker", None)
-        if memory_tracker is not None:
-            memory_tracker.start()
+        self._memory_tracker.start()
 
         eval_dataloader = self.get_eval_dataloader(eval_dataset)
         start_time = time.time()
@@ -92,8 +90,7 @@ class EvaluationMixin:
 
         self.log(output.metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, output.metrics)
-        if memory_tracker is not None:
-            memory_tracker.stop_and_update_metrics(output.metrics)
+        self._memory_tracker.stop_and_update_metrics(output.metrics)
         return output.metrics
 
     def predict(
@@ -104,9 +101,7 @@ class EvaluationMixin:
         Unlike `evaluate`, nothing is logged (no `epoch` key, `log_history` unchanged); `on_predict` fires.
         Predictions of different widths are padded with -100 on dim 1.
         """
-        memory_tracker = getattr(self, "_memory_tracker", None)
-        if memory_tracker is not None:
-            memory_tracker.start()
+        self._memory_tracker.start()
 
         test_dataloader = self.get_test_dataloader(test_dataset)
         start_time = time.time()
@@ -122,8 +117,7 @@ class EvaluationMixin:
         publish_predict_metrics(
             self._current_loggers(), output.metrics, self.state.global_step, self.state.epoch
         )
-        if memory_tracker is not None:
-            memory_tracker.stop_and_update_metrics(output.metrics)
+        self._memory_tracker.stop_and_update_metrics(output.metrics)
         return PredictionOutput(
             predictions=output.predictions, label_ids=output.label_ids, metrics=output.metrics
         )
@@ -228,7 +222,7 @@ class EvaluationMixin:
                     "size, reduce `per_device_eval_batch_size` instead."
                 ) from error
             raise
-        self._report_evaluation_to_hp_search(trial, metrics)
+        self._report_to_hp_search(trial, self.state.global_step, metrics)
 
         if is_metric_driven_scheduler(self.lr_scheduler) and not skip_scheduler:
             metric_to_check = self.args.metric_for_best_model
@@ -262,17 +256,6 @@ class EvaluationMixin:
     def _pad_across_processes(self, tensor: Any, dim: int = 1, pad_index: int = -100) -> Any:
         """Pad `tensor` on `dim` with `pad_index` to the widest of all processes; identity in a single process."""
         return self._current_evaluation.pad_across_processes(tensor, dim=dim, pad_index=pad_index)
-
-    def _report_evaluation_to_hp_search(self, trial: Any, metrics: dict[str, float]) -> None:
-        """Hand the evaluation metrics to the HP-search trial, through the facade's `_report_to_hp_search`."""
-        report = getattr(self, "_report_to_hp_search", None)
-        if report is not None:
-            report(trial, self.state.global_step, metrics)
-        elif trial is not None:
-            raise ValueError(
-                f"trial={trial!r} was given but this trainer has no `_report_to_hp_search`; run hyperparameter "
-                "search through `hyperparameter_search()` of a trainer that supports it."
-            )
 
     def _mixed_precision_dtype(self) -> torch.dtype | None:
         """The autocast dtype of the evaluation forward (fp16 / bf16 mixed precision), as the strategy allows it."""

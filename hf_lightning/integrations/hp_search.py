@@ -179,7 +179,7 @@ class HyperparameterSearchMixin:
 
     def _refresh_deepspeed_config(self) -> None:
         """Refill the DeepSpeed config's "auto" values from the trial's arguments, as the reference does."""
-        if getattr(self, "is_deepspeed_enabled", False) and self.args.deepspeed is None:
+        if self.is_deepspeed_enabled and self.args.deepspeed is None:
             raise ValueError("For sweeps with deepspeed, `args.deepspeed` must be set")
         if not self.args.deepspeed:
             return

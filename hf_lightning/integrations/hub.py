@@ -108,6 +108,9 @@ class HubMixin:
     `save_model`, `create_model_card` and `is_world_process_zero()`.
     """
 
+    # The background pushes of the last save (set once a push starts; `init_hf_repo` resets it), as the reference's.
+    push_in_progress: PushInProgress | None = None
+
     def _hub_client(self) -> Any:
         """This trainer's `HfApi` (its background pushes run one after another on its own worker thread)."""
         api = self.__dict__.get("_hub_api")
@@ -196,7 +199,7 @@ class HubMixin:
         strategy = enum_value(self.args.hub_strategy)
         if not self.is_world_process_zero() or strategy == "end":
             return
-        in_progress = getattr(self, "push_in_progress", None)
+        in_progress = self.push_in_progress
         if not self.args.hub_always_push and in_progress is not None and not in_progress.is_done():
             return
         self.callback_handler.on_push_begin(self.args, self.state, self.control)
@@ -248,7 +251,7 @@ class HubMixin:
 
     def _finish_current_push(self) -> None:
         """Wait for the running background pushes; a failed one is reported as a warning."""
-        in_progress = getattr(self, "push_in_progress", None)
+        in_progress = self.push_in_progress
         if in_progress is None:
             return
         if not in_progress.is_done():

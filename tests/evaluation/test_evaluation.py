@@ -25,6 +25,7 @@ from hf_lightning.callbacks import TrainerCallback as OurTrainerCallback
 from hf_lightning.core.outputs import EvalLoopOutput, PredictionOutput
 from hf_lightning.data.model_inputs import can_return_loss, infer_label_names, model_accepts_loss_kwargs
 from hf_lightning.engine.loss import count_items_in_window, extract_loss
+from hf_lightning.engine.memory import TrainerMemoryTracker
 from hf_lightning.evaluation.methods import EvaluationMixin
 from hf_lightning.translation.translate import translate
 
@@ -62,8 +63,12 @@ class StandInTrainer(EvaluationMixin):
         self.state = TrainerState()
         self.control = TrainerControl()
         self.callback_handler = CallbackHandler([DefaultFlowCallback, *callbacks], model, None, None, None)
+        self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
         if getattr(model, "config", None) is not None:
             model.config.use_cache = args.use_cache
+
+    def _report_to_hp_search(self, trial, step, metrics):
+        assert trial is None  # no hyperparameter search in these tests
 
     def _dataloader(self, dataset):
         return DataLoader(
@@ -908,6 +913,7 @@ import torch
 from torch import nn
 
 from hf_lightning.callbacks import CallbackHandler, DefaultFlowCallback, TrainerControl, TrainerState
+from hf_lightning.engine.memory import TrainerMemoryTracker
 from hf_lightning.evaluation.methods import EvaluationMixin
 from hf_lightning.translation.translate import translate
 
@@ -931,6 +937,7 @@ class Facade(EvaluationMixin):
         self.label_names, self.can_return_loss = ["labels"], False
         self.compute_metrics = self.preprocess_logits_for_metrics = self.optimizer = self.lr_scheduler = None
         self.is_in_train = False
+        self._memory_tracker = TrainerMemoryTracker(skip_memory_metrics=True)
 
     def get_test_dataloader(self, dataset):
         return torch.utils.data.DataLoader(dataset, batch_size=self.args.eval_batch_size)
