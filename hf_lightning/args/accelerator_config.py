@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-__all__ = ["AcceleratorConfig", "fold_num_steps_into_arguments", "to_accelerator_config"]
+__all__ = ["AcceleratorConfig", "write_planned_accumulation", "to_accelerator_config"]
 
 
 @dataclass
@@ -133,12 +133,13 @@ def _looks_like_foreign_accelerator_config(value: Any) -> bool:
     return type(value).__name__ == "AcceleratorConfig" and callable(getattr(value, "to_dict", None))
 
 
-def fold_num_steps_into_arguments(args: Any) -> None:
-    """What the reference's trainer writes into its arguments when it is built: `num_steps` of
-    `gradient_accumulation_kwargs` (allowed only with `gradient_accumulation_steps=1`) becomes
-    `args.gradient_accumulation_steps`, and the kwargs then say `num_steps=1`, since the trainer, not
-    accelerate, accumulates. `trainer.args`, `training_args.bin` and a later trainer on the same arguments
-    therefore see what they see under the reference (which refuses `num_steps` next to a window > 1)."""
+def write_planned_accumulation(args: Any, planned_steps: int) -> None:
+    """What the reference's trainer writes into its arguments when it is built: with `num_steps` in
+    `gradient_accumulation_kwargs` (allowed only with `gradient_accumulation_steps=1`), the accumulation window the
+    translation planned from it (`plan.module.gradient_accumulation_steps`, the one place it is folded) becomes
+    `args.gradient_accumulation_steps`, and the kwargs then say `num_steps=1`, since the trainer, not accelerate,
+    accumulates. `trainer.args`, `training_args.bin` and a later trainer on the same arguments therefore see what
+    they see under the reference (which refuses `num_steps` next to a window > 1)."""
     config = getattr(args, "accelerator_config", None)
     if isinstance(config, Mapping):
         kwargs = config.get("gradient_accumulation_kwargs")
@@ -146,6 +147,6 @@ def fold_num_steps_into_arguments(args: Any) -> None:
         kwargs = getattr(config, "gradient_accumulation_kwargs", None)
     if kwargs is None:
         return
-    if "num_steps" in kwargs and args.gradient_accumulation_steps == 1:
-        args.gradient_accumulation_steps = kwargs["num_steps"]
+    if "num_steps" in kwargs:
+        args.gradient_accumulation_steps = planned_steps
     kwargs["num_steps"] = 1

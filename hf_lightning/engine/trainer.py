@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import hf_lightning.data.dataloaders as dataloaders
 import hf_lightning.data.model_inputs as data_layer
-from hf_lightning.args.accelerator_config import fold_num_steps_into_arguments
+from hf_lightning.args.accelerator_config import write_planned_accumulation
 from hf_lightning.args.training_args import TrainingArguments, as_training_arguments
 from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.callbacks import (
@@ -175,7 +175,7 @@ class HFLightningTrainer(
         refusal = tensor_parallel_plans.tp_model_refusal(model, self.get_tp_size())
         if refusal:
             raise ValueError(refusal)
-        fold_num_steps_into_arguments(args)
+        write_planned_accumulation(args, self.plan.module.gradient_accumulation_steps)
         # The planned settings the facade keeps under the reference's attribute names.
         self.label_smoother = self._build_label_smoother()
         self.neftune_noise_alpha = self.plan.module.neftune_noise_alpha
