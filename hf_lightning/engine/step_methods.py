@@ -27,7 +27,7 @@ from hf_lightning.engine.loss import (
 )
 from hf_lightning.engine.overrides import is_base_method
 from hf_lightning.evaluation.helpers import speed_metrics
-from hf_lightning.integrations.logger_adapters import publish_logs, publish_logs_before_training
+from hf_lightning.integrations.loggers import publish_logs, publish_logs_before_training
 from hf_lightning.strategies.fsdp.policies import fsdp1_clip_grad_norm, is_fsdp1_model
 from hf_lightning.strategies.tensor_parallel.state import clip_tp_grad_norm
 

@@ -30,7 +30,7 @@ from hf_lightning.engine.module import HFLightningModule
 from hf_lightning.engine.signals import SignalScope, keyboard_interrupt_of
 from hf_lightning.engine.special_tokens import align_special_tokens
 from hf_lightning.evaluation.helpers import speed_metrics
-from hf_lightning.integrations.logger_adapters import send_run_texts
+from hf_lightning.integrations.loggers import publish_run_texts
 
 logger = logging.getLogger(__name__)
 
@@ -290,7 +290,7 @@ class _TrainBeginBridge(pl.Callback):
         for logger in lightning_trainer.loggers:
             # Redacted: `to_sanitized_dict` replaces every *_token value by a placeholder.
             logger.log_hyperparams(facade.args.to_sanitized_dict())
-            send_run_texts(logger, facade.args, facade.model)
+            publish_run_texts(logger, facade.args, facade.model)
         facade._fire("on_train_begin")
         if facade.args.eval_on_start:
             facade._evaluate(run.trial, run.ignore_keys_for_eval, skip_scheduler=True)  # before any step

@@ -1,99 +1,82 @@
-"""Lightning logger objects built from the plan's logger specs (`translation/logger_specs.py`) when training starts.
+"""The run's experiment trackers: the Lightning loggers built from the plan's logger specs when training starts, and
+each `log()` entry, `predict()`'s metrics and the run's texts published to them, each the way its backend
+(`integrations/logger_backends/`, after the reference's integration for it) says.
 
-The TensorBoard folder is timed then (as the reference's), MLflow's SQLite folder is created, and W&B's mode is
-decided from the credentials found. Lightning's logger modules and the backends are imported only here, lazily.
+The trainer sends through `publish_logs` (during and after `fit`), `publish_logs_before_training`,
+`publish_predict_metrics` and `publish_run_texts`; Lightning's loggers write on global rank 0 only.
 """
 
 from __future__ import annotations
 
-import copy
-import logging
-import os
-import socket
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from hf_lightning.integrations.logger_adapters import isolated_mlflow_logger_class
+from hf_lightning.integrations.logger_backends import BACKENDS, backend_for
+from hf_lightning.integrations.logger_backends.base import numeric_logs
 
 if TYPE_CHECKING:
     from hf_lightning.translation.plan import Plan
 
-logger = logging.getLogger(__name__)
-
-
-def default_logdir(now: datetime | None = None) -> str:
-    """`runs/<%b%d_%H-%M-%S>_<hostname>`, the reference's TensorBoard default under output_dir."""
-    current_time = (now or datetime.now()).strftime("%b%d_%H-%M-%S")
-    return os.path.join("runs", current_time + "_" + socket.gethostname())
-
-
-def wandb_credentials_configured(environ: Mapping[str, str] | None = None) -> bool:
-    """True when W&B would find credentials without prompting: an API key or identity-token variable,
-    or a .netrc entry for the W&B host. Only presence is checked; no value is read into a log."""
-    import netrc
-    from urllib.parse import urlparse
-
-    environ = os.environ if environ is None else environ
-    if environ.get("WANDB_API_KEY") or environ.get("WANDB_IDENTITY_TOKEN_FILE"):
-        return True
-    # wandb's own lookup: the NETRC variable, else ~/.netrc, else ~/_netrc; the machine is the host's netloc.
-    machine = urlparse(environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").netloc
-    home = os.path.expanduser("~")
-    candidates = (
-        [os.path.expanduser(environ["NETRC"])]
-        if environ.get("NETRC")
-        else [
-            os.path.join(home, ".netrc"),
-            os.path.join(home, "_netrc"),
-        ]
-    )
-    for path in candidates:
-        if os.path.isfile(path):
-            try:
-                return netrc.netrc(path).authenticators(machine) is not None
-            except (netrc.NetrcParseError, OSError):
-                return False
-    return False
-
-
-def resolve_wandb_mode(mode: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """The `wandb.init(mode=...)` of a run: the user's `WANDB_MODE`, else online only with credentials."""
-    if mode is not None:
-        return mode
-    if wandb_credentials_configured(environ):
-        return "online"
-    logger.info(
-        "report_to='wandb': no W&B credentials configured and WANDB_MODE unset, so the run is recorded "
-        "offline; upload it later with `wandb sync <run dir>`, or set WANDB_MODE / run `wandb login`."
-    )
-    return "offline"
-
 
 def build_loggers(plan: Plan, now: datetime | None = None) -> list[Any]:
-    """Lightning logger objects for `plan.loggers`; call it when training starts (the reference
-    times its TensorBoard directory then). Imports Lightning's logger modules lazily."""
-    from lightning.pytorch import loggers as pl_loggers
-
-    classes = {
-        "tensorboard": pl_loggers.TensorBoardLogger,
-        "csv": pl_loggers.CSVLogger,
-        "wandb": pl_loggers.WandbLogger,
-        "comet_ml": pl_loggers.CometLogger,
-    }
-    built = []
-    for spec in plan.loggers:
-        kwargs = copy.deepcopy(spec["kwargs"])  # Lightning's MLFlowLogger adds to the tags it is given
-        if spec["name"] == "tensorboard" and kwargs["save_dir"] is None:
-            kwargs["save_dir"] = os.path.join(spec["runs_root"], default_logdir(now))
-        if spec["name"] == "mlflow" and spec.get("store_dir"):
-            os.makedirs(spec["store_dir"], exist_ok=True)
-        if spec["name"] == "wandb":
-            # Given to wandb.init as `mode`; Lightning's own `offline=True` would rewrite os.environ.
-            kwargs["mode"] = resolve_wandb_mode(spec.get("mode"))
-        # The MLflow class is made on demand: it imports mlflow.
-        logger_class = isolated_mlflow_logger_class() if spec["name"] == "mlflow" else classes[spec["name"]]
-        built.append(logger_class(**kwargs))
-    return built
+    """Lightning logger objects for `plan.loggers`; call it when training starts (the reference times its
+    TensorBoard directory then). Imports Lightning's logger modules lazily."""
+    return [BACKENDS[spec["name"]].build(spec, now) for spec in plan.loggers]
 
 
+def publish_run_texts(pl_logger: Any, args: Any, model: Any) -> None:
+    """At train begin, the texts the reference's integration for `pl_logger` writes (TensorBoard: the arguments and
+    the model config)."""
+    backend_for(pl_logger).send_run_texts(pl_logger, args, model)
+
+
+def publish_logs(lightning_trainer: Any, logs: Mapping[str, Any], step: int, *, outside_fit: bool) -> None:
+    """Send one `log()` entry to Lightning: `callback_metrics` (so Lightning's `ModelCheckpoint` /
+    `EarlyStopping` can monitor `eval_loss`) and every logger, each the way the reference's
+    integration for that backend does (`logger_backends/`)."""
+    import torch
+    from lightning.pytorch.utilities import rank_zero_only
+
+    numeric = numeric_logs(logs)
+    callback_metrics = lightning_trainer.callback_metrics
+    for key, value in numeric.items():
+        callback_metrics[key] = torch.tensor(value)
+    if rank_zero_only.rank != 0:
+        return  # Lightning's loggers write on global rank 0 only
+    for pl_logger in lightning_trainer.loggers:
+        backend_for(pl_logger).send_logs(pl_logger, logs, step)
+        if outside_fit:
+            # Lightning finalised the loggers when `fit` returned; write what came after.
+            pl_logger.save()
+
+
+def publish_predict_metrics(
+    pl_loggers: list[Any], metrics: Mapping[str, Any], step: int, epoch: float | None = None
+) -> None:
+    """Send `predict()`'s metrics to the loggers whose reference integration logs them (global rank 0)."""
+    _on_rank_zero(
+        pl_loggers, lambda pl_logger: backend_for(pl_logger).send_predict_metrics(pl_logger, metrics, step, epoch)
+    )
+
+
+def publish_logs_before_training(pl_loggers: list[Any], logs: Mapping[str, Any], step: int) -> None:
+    """A `log()` entry from before any `train()` (evaluate first): to each logger as `publish_logs` sends it,
+    written out at once since no fit will finalise it."""
+
+    def send(pl_logger: Any) -> None:
+        backend_for(pl_logger).send_logs(pl_logger, logs, step)
+        pl_logger.save()
+
+    _on_rank_zero(pl_loggers, send)
+
+
+def _on_rank_zero(pl_loggers: list[Any], send: Any) -> None:
+    """`send(logger)` for each logger, on global rank 0 only (where Lightning's loggers write)."""
+    if not pl_loggers:
+        return  # nothing to import Lightning for
+    from lightning.pytorch.utilities import rank_zero_only
+
+    if rank_zero_only.rank == 0:
+        for pl_logger in pl_loggers:
+            send(pl_logger)

@@ -193,47 +193,62 @@ def _wandb_spec(output_dir: str, run_name: str | None, environ: Mapping[str, str
     }
 
 
+def _tensorboard_spec(
+    output_dir: str, logging_dir: str | None, run_name: str | None, environ: Mapping[str, str]
+) -> dict[str, Any]:
+    # The v4 `logging_dir` (kept by our arguments as an attribute) wins over the env var.
+    explicit = logging_dir or environ.get("TENSORBOARD_LOGGING_DIR")
+    return {
+        "name": "tensorboard",
+        # name="" and version="" make Lightning write straight into save_dir, as the reference.
+        "kwargs": {
+            "save_dir": os.path.expanduser(explicit) if explicit else None,
+            "name": "",
+            "version": "",
+            "default_hp_metric": False,
+        },
+        # save_dir None: output_dir/runs/<%b%d_%H-%M-%S>_<hostname>, timed when built.
+        "runs_root": output_dir,
+    }
+
+
+def _csv_spec(
+    output_dir: str, logging_dir: str | None, run_name: str | None, environ: Mapping[str, str]
+) -> dict[str, Any]:
+    return {"name": "csv", "kwargs": {"save_dir": os.path.expanduser(logging_dir or output_dir)}}
+
+
+def _comet_spec(
+    output_dir: str, logging_dir: str | None, run_name: str | None, environ: Mapping[str, str]
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"project": environ.get("COMET_PROJECT_NAME")}
+    mode = environ.get("COMET_MODE")
+    if mode:
+        if mode.lower() not in ("get", "get_or_create", "create"):
+            raise ValueError(f"COMET_MODE={mode!r} is not one of 'get', 'get_or_create', 'create'")
+        kwargs["mode"] = mode.lower()
+    if run_name is not None:
+        kwargs["name"] = run_name
+    return {"name": "comet_ml", "kwargs": kwargs}
+
+
+# Each supported backend's spec, from (output_dir, logging_dir, run_name, environ); its run-time side is
+# `integrations/logger_backends/<name>.py`.
+_SPECS = {
+    "tensorboard": _tensorboard_spec,
+    "csv": _csv_spec,
+    "mlflow": lambda output_dir, logging_dir, run_name, environ: _mlflow_spec(output_dir, run_name, environ),
+    "wandb": lambda output_dir, logging_dir, run_name, environ: _wandb_spec(output_dir, run_name, environ),
+    "comet_ml": _comet_spec,
+}
+
+
 def logger_specs(args: Any, env: Environment) -> list[dict[str, Any]]:
     """One spec `{"name", "kwargs", ...}` per requested logger; pure (reads `env.environ`)."""
     output_dir = str(getattr(args, "output_dir", None) or "trainer_output")
     logging_dir = getattr(args, "logging_dir", None)
     run_name = getattr(args, "run_name", None)
-    environ: Mapping[str, str] = env.environ
-    specs = []
-    for name in requested_loggers(getattr(args, "report_to", "none"), env):
-        if name == "tensorboard":
-            # The v4 `logging_dir` (kept by our arguments as an attribute) wins over the env var.
-            explicit = logging_dir or environ.get("TENSORBOARD_LOGGING_DIR")
-            specs.append(
-                {
-                    "name": "tensorboard",
-                    # name="" and version="" make Lightning write straight into save_dir, as the reference.
-                    "kwargs": {
-                        "save_dir": os.path.expanduser(explicit) if explicit else None,
-                        "name": "",
-                        "version": "",
-                        "default_hp_metric": False,
-                    },
-                    # save_dir None: output_dir/runs/<%b%d_%H-%M-%S>_<hostname>, timed when built.
-                    "runs_root": output_dir,
-                }
-            )
-        elif name == "csv":
-            specs.append(
-                {"name": "csv", "kwargs": {"save_dir": os.path.expanduser(logging_dir or output_dir)}}
-            )
-        elif name == "mlflow":
-            specs.append(_mlflow_spec(output_dir, run_name, environ))
-        elif name == "wandb":
-            specs.append(_wandb_spec(output_dir, run_name, environ))
-        elif name == "comet_ml":
-            kwargs: dict[str, Any] = {"project": environ.get("COMET_PROJECT_NAME")}
-            mode = environ.get("COMET_MODE")
-            if mode:
-                if mode.lower() not in ("get", "get_or_create", "create"):
-                    raise ValueError(f"COMET_MODE={mode!r} is not one of 'get', 'get_or_create', 'create'")
-                kwargs["mode"] = mode.lower()
-            if run_name is not None:
-                kwargs["name"] = run_name
-            specs.append({"name": "comet_ml", "kwargs": kwargs})
-    return specs
+    return [
+        _SPECS[name](output_dir, logging_dir, run_name, env.environ)
+        for name in requested_loggers(getattr(args, "report_to", "none"), env)
+    ]

@@ -22,7 +22,8 @@ from transformers.integrations.integration_utils import rewrite_logs as referenc
 
 from hf_lightning import TrainingArguments
 from hf_lightning.engine.trainer import HFLightningTrainer
-from hf_lightning.integrations.loggers import build_loggers, resolve_wandb_mode, wandb_credentials_configured
+from hf_lightning.integrations.logger_backends.wandb import resolve_wandb_mode, wandb_credentials_configured
+from hf_lightning.integrations.loggers import build_loggers
 from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.logger_specs import (
     SUPPORTED_LOGGERS,
@@ -311,10 +312,10 @@ def test_tensorboard_writes_strings_as_text(tmp_path):
     from lightning.pytorch.loggers import TensorBoardLogger
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from hf_lightning.integrations.logger_adapters import send_to_logger
+    from hf_lightning.integrations.logger_backends import backend_for
 
     tensorboard = TensorBoardLogger(save_dir=str(tmp_path), name="", version="")
-    send_to_logger(tensorboard, {"loss": 0.5, "eval_note": "fine", "flag": True}, step=3)
+    backend_for(tensorboard).send_logs(tensorboard, {"loss": 0.5, "eval_note": "fine", "flag": True}, step=3)
     tensorboard.finalize("success")
     accumulator = EventAccumulator(str(tmp_path))
     accumulator.Reload()
@@ -614,19 +615,19 @@ def test_predict_metrics_reach_comet_only_among_the_other_backends(tmp_path):
     and CSV have no `on_predict` there, so they get nothing."""
     from lightning.pytorch.loggers import CometLogger, CSVLogger
 
-    from hf_lightning.integrations.logger_adapters import send_predict_metrics
+    from hf_lightning.integrations.logger_backends import backend_for
 
     calls = []
     comet = CometLogger.__new__(CometLogger)  # comet_ml is not installed here: only the call is checked
     comet.log_metrics = lambda metrics, step=None: calls.append((metrics, step))
     metrics = {"test_loss": 0.5, "test_runtime": 1.0, "test_note": "text"}
-    send_predict_metrics(comet, metrics, step=7, epoch=1.5)
+    backend_for(comet).send_predict_metrics(comet, metrics, step=7, epoch=1.5)
     # All rewritten entries, as the reference's `__internal_api__log_metrics__` call; the epoch as Lightning's
     # CometLogger takes it.
     assert calls == [({"test/loss": 0.5, "test/runtime": 1.0, "test/note": "text", "epoch": 1.5}, 7)]
 
     csv_logger = CSVLogger(save_dir=str(tmp_path))
-    send_predict_metrics(csv_logger, metrics, step=7)
+    backend_for(csv_logger).send_predict_metrics(csv_logger, metrics, step=7)
     csv_logger.save()
     assert not glob.glob(str(tmp_path / "**" / "metrics.csv"), recursive=True)
 
@@ -718,3 +719,12 @@ def test_all_and_none(monkeypatch):
     # Unexpanded (duck-typed arguments): "all" keeps the installed supported loggers only.
     installed = Environment(installed_loggers=frozenset({"tensorboard", "neptune"}))
     assert requested_loggers("all", installed) == ["tensorboard"]
+
+
+def test_rewrite_logs_matches_the_reference():
+    from transformers.integrations.integration_utils import rewrite_logs as reference
+
+    from hf_lightning.integrations.logger_backends.base import rewrite_logs
+
+    logs = {"loss": 1.0, "eval_loss": 2.0, "test_acc": 0.5, "learning_rate": 1e-3, "evaluation": 3}
+    assert rewrite_logs(logs) == reference(logs)

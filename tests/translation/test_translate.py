@@ -15,8 +15,8 @@ import transformers
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.strategies import DDPStrategy
 
-from hf_lightning.integrations.logger_adapters import rewrite_logs
-from hf_lightning.integrations.loggers import build_loggers, default_logdir
+from hf_lightning.integrations.logger_backends.tensorboard import default_logdir
+from hf_lightning.integrations.loggers import build_loggers
 from hf_lightning.strategies.build import build_strategy, resolve_ddp_kwargs
 from hf_lightning.strategies.process_group import process_group_kwargs
 from hf_lightning.translation.environment import Environment
@@ -491,13 +491,6 @@ def test_mlflow_spec_stays_under_output_dir(make_args):
     store = os.path.join(os.path.abspath(plan.lightning.default_root_dir), "mlflow.db")
     assert spec["kwargs"]["tracking_uri"] == "sqlite:///" + store
     assert spec["kwargs"]["run_name"] == "run"
-
-
-def test_rewrite_logs_matches_the_reference():
-    from transformers.integrations.integration_utils import rewrite_logs as reference
-
-    logs = {"loss": 1.0, "eval_loss": 2.0, "test_acc": 0.5, "learning_rate": 1e-3, "evaluation": 3}
-    assert rewrite_logs(logs) == reference(logs)
 
 
 # ------------------------------------------------------------------ purity and environment
