@@ -1,6 +1,6 @@
 """Files the `hf-lightning` subcommands read and write: the `--ckpt_path` weights and the predictions.
 
-Weights are read with `checkpoint_files.read_model_state_dict` (safetensors, or `torch.load(weights_only=True)`),
+Weights are read with core/checkpoint_files.py's `read_model_state_dict` (safetensors, or `torch.load(weights_only=True)`),
 so a checkpoint never runs pickled code. Predictions go to `predictions.npz` (numpy arrays, no pickle).
 """
 

@@ -200,7 +200,7 @@ class HFLightningModule(pl.LightningModule):
 
     def on_train_batch_end(self, *args: Any) -> None:
         # After every callback's `on_train_batch_end` (Lightning calls the module last): the step is logged,
-        # evaluated and saved. Fault tests stop the run here (checkpoint_files.reach), armed before the fit.
+        # evaluated and saved. Fault tests stop the run here (checkpoint/files.py's `reach`), armed before the fit.
         if self._fit_view().faults_armed:
             reach(f"step:{self._facade.state.global_step}")
 

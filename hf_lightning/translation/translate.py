@@ -50,7 +50,7 @@ def _accelerator(args: Any, env: Environment) -> str:
 
 
 def _n_gpu(accelerator: str, env: Environment, strategy_name: str = "single", use_cpu: bool = False) -> int:
-    """The reference's `args.n_gpu` (`args_process.reference_n_gpu`) for the accelerator chosen, without setting
+    """The reference's `args.n_gpu` (`args/process.py`'s `reference_n_gpu`) for the accelerator chosen, without setting
     up a device. Under DeepSpeed without a launcher the reference's state is the single-process one, so the
     plain rule applies."""
     return reference_n_gpu(

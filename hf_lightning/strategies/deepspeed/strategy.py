@@ -1,6 +1,6 @@
 """DeepSpeed the reference's way under Lightning: the engine wraps the user's model, one update per window.
 
-Decision (issue 8). Lightning's `DeepSpeedStrategy` wraps the LightningModule in the engine and lets the engine
+Decision. Lightning's `DeepSpeedStrategy` wraps the LightningModule in the engine and lets the engine
 count micro-batches (`gradient_accumulation_steps` = Lightning's `accumulate_grad_batches`, which manual
 optimization must keep at 1). The reference (accelerate) instead wraps the user's model, runs every micro-batch
 through the engine, and for each one sets the engine's accumulation boundary itself
