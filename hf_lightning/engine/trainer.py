@@ -76,7 +76,25 @@ class HFLightningTrainer(
     HubMixin,
     HyperparameterSearchMixin,
 ):
-    """Drop-in for `transformers.Trainer` whose training loop is Lightning's."""
+    """Drop-in for `transformers.Trainer` whose training loop is Lightning's.
+
+    What it is: the reference's constructor, attributes and methods (`train`, `evaluate`, `predict`, `save_model`,
+    `push_to_hub`, `hyperparameter_search`, ...), with the arguments translated once into a `Plan`
+    (`translation/`) that says how each field is carried out on Lightning.
+
+    How a run flows: `train()` builds a `TrainingRun` (engine/training_run.py), which resumes through its `Resumer`,
+    builds a `lightning.Trainer` from the plan and fits an `HFLightningModule` whose every `training_step` is one
+    reference update; at each update boundary `_maybe_log_save_evaluate` logs, evaluates (one `EvaluationLoop` per
+    `evaluation_loop`) and saves (this trainer's `Checkpointer`), as the flow callbacks decided. docs/design.md has
+    the component map.
+
+    Where to override: the reference's methods, called at the reference's moments with its arguments:
+    `compute_loss`, `training_step`, `prediction_step`, `evaluation_loop`, `get_batch_samples`, `create_optimizer`,
+    `create_scheduler`, `get_train_dataloader` / `get_eval_dataloader` / `get_test_dataloader`, `log`,
+    `_maybe_log_save_evaluate`, `_evaluate`, `_save_checkpoint`, `_save`, `_load_from_checkpoint`,
+    `_load_optimizer_and_scheduler`, `_load_rng_state`, `_load_best_model`, `_determine_best_metric`. Lightning
+    callbacks, loggers, plugins and strategies come in through `callbacks=` and `lightning_trainer_overrides`.
+    """
 
     # None: decide per step as the reference does (R4.5); a subclass sets True/False for its own loss.
     loss_is_scaled_for_ga: bool | None = None
