@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.engine.trainer import HFLightningTrainer
-from tests.parity.models import make_regression_mlp, regression_data
+from tests.models import make_regression_mlp, regression_data
 
 # Fields left out of the draws: they reach outside the test process (hub, trackers, process layout, files),
 # change process-wide state other tests see (log levels, deterministic algorithms), compile (seconds per draw)

@@ -18,7 +18,7 @@ from hf_lightning.callbacks.notebook import (
     is_in_notebook,
 )
 from hf_lightning.engine.trainer import HFLightningTrainer
-from tests.parity.models import make_regression_mlp, regression_data
+from tests.models import make_regression_mlp, regression_data
 
 
 class FakeDisplay:

@@ -35,7 +35,7 @@ from hf_lightning.checkpoint.saving import (
 )
 from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME, numpy_safe_globals
 from hf_lightning.translation.translate import translate
-from tests.parity.models import make_regression_mlp, regression_data
+from tests.models import make_regression_mlp, regression_data
 
 REFERENCE_FILES_PLAIN = [
     "model.safetensors",

@@ -8,9 +8,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.models import classification_data, make_tiny_bert_classifier
 from tests.no_transformers import BLOCK_TRANSFORMERS
 from tests.parity.harness import run_parity
-from tests.parity.models import classification_data, make_tiny_bert_classifier
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,7 +78,7 @@ def test_minimal_model_card_without_transformers(tmp_path):
         f"""
         import sys, torch
         sys.path.insert(0, {str(ROOT)!r})
-        from tests.parity.models import make_regression_mlp, regression_data
+        from tests.models import make_regression_mlp, regression_data
         from hf_lightning import TrainingArguments
         from hf_lightning.engine.trainer import HFLightningTrainer
 

@@ -6,7 +6,7 @@ import logging
 
 from hf_lightning import TrainingArguments
 from hf_lightning.engine.trainer import HFLightningTrainer
-from tests.parity.models import make_regression_mlp, regression_data
+from tests.models import make_regression_mlp, regression_data
 
 SECRET = b"secret-token-123"
 

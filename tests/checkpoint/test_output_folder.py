@@ -7,22 +7,13 @@ import stat
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.cli.data_sources import CLI_VOCAB_SIZE
 from hf_lightning.cli.lightning_cli import main
 from hf_lightning.engine.trainer import HFLightningTrainer
-
-
-class Regressor(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(2, 1)
-
-    def forward(self, x, labels=None):
-        return {"loss": ((self.linear(x).squeeze(-1) - labels) ** 2).mean()}
+from tests.models import LinearRegressor
 
 
 def test_output_dir_that_is_a_file_names_output_dir(tmp_path):
@@ -30,7 +21,7 @@ def test_output_dir_that_is_a_file_names_output_dir(tmp_path):
     existing.write_text("not a folder")
     args = TrainingArguments(output_dir=str(existing), report_to="none", use_cpu=True)
     with pytest.raises(ValueError, match=r"output_dir=.*results.* is an existing file, not a folder"):
-        HFLightningTrainer(model=Regressor(), args=args)
+        HFLightningTrainer(model=LinearRegressor(2), args=args)
 
 
 def test_the_cli_reports_an_output_dir_file_in_one_line(tmp_path, capsys):
@@ -65,7 +56,7 @@ def test_saved_weights_follow_the_umask_like_the_other_files(tmp_path):
     previous = os.umask(0o022)
     try:
         args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True)
-        HFLightningTrainer(model=Regressor(), args=args).save_model()
+        HFLightningTrainer(model=LinearRegressor(2), args=args).save_model()
     finally:
         os.umask(previous)
     out = Path(args.output_dir)

@@ -32,7 +32,7 @@ from hf_lightning.core.checkpoint_files import (
 )
 from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.checkpoint.chosen_checkpoints import record_chosen_checkpoints
-from tests.parity.models import DropoutMLP, regression_data
+from tests.models import DropoutMLP, regression_data
 
 
 class StopAt(TrainerCallback):

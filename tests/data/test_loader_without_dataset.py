@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import itertools
 
+from tests.models import make_regression_mlp, regression_data
 from tests.parity.harness import assert_parity, run_parity
-from tests.parity.models import make_regression_mlp, regression_data
 
 
 class MultiLoader:

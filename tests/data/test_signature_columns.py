@@ -21,7 +21,7 @@ def test_kept_columns_follow_the_override(make_args, keep):
     from datasets import Dataset
 
     from hf_lightning import Trainer, TrainingArguments
-    from tests.parity.models import make_regression_mlp
+    from tests.models import make_regression_mlp
 
     data = Dataset.from_dict({"x": [[0.0] * 4] * 4, "labels": [0.0] * 4, "extra": [1] * 4, "other": [2] * 4})
     seen = {}

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.parity.models import ListDataset, make_regression_mlp, regression_data  # noqa: E402
+from tests.models import ListDataset, make_regression_mlp, regression_data  # noqa: E402
 
 # 11 training samples, batches of 2, accumulation 2: the last batch of an epoch is short (1 sample in one
 # process; with 2 processes the last round is completed from the first samples, remainder 11 % 4 = 3).

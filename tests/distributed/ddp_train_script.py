@@ -10,7 +10,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.parity.models import (  # noqa: E402
+from tests.models import (  # noqa: E402
     classification_data,
     make_tiny_bert_classifier,
     make_tiny_gpt2,

@@ -17,7 +17,7 @@ def main(out_dir: str, mode: str) -> None:
 
         launch_over_devices(2)  # what a plain run does by itself on a machine with 2 GPUs
     from hf_lightning import Trainer, TrainingArguments
-    from tests.parity.models import classification_data, make_tiny_bert_classifier
+    from tests.models import classification_data, make_tiny_bert_classifier
 
     args = TrainingArguments(
         output_dir=os.path.join(out_dir, mode),

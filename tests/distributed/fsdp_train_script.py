@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 from tests.distributed.launching import checkpoint_listing  # noqa: E402
-from tests.parity.models import (  # noqa: E402
+from tests.models import (  # noqa: E402
     classification_data,
     make_tiny_bert_classifier,
     make_tiny_gpt2,

@@ -17,7 +17,7 @@ if int(os.environ.get("RANK", "0")) != 0:
     os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
 
 from tests.integrations.hub_server import WaitForPushes  # noqa: E402
-from tests.parity.models import classification_data, make_tiny_bert_classifier  # noqa: E402
+from tests.models import classification_data, make_tiny_bert_classifier  # noqa: E402
 
 
 def main(side: str, out_dir: str, repo_id: str) -> None:

@@ -215,7 +215,7 @@ EVALUATIONS = {
 
 def listed_examples():
     """The `Examples` as a map-style dataset."""
-    from tests.parity.models import ListDataset
+    from tests.models import ListDataset
 
     data = Examples()
     return ListDataset([{"x": data.x[i], "labels": data.y[i], "idx": torch.tensor(i)} for i in range(NUM_EXAMPLES)])

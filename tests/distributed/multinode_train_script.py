@@ -17,7 +17,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.parity.models import make_tiny_gpt2, padded_lm_data  # noqa: E402
+from tests.models import make_tiny_gpt2, padded_lm_data  # noqa: E402
 
 SCENARIOS = {
     # The defaults: logs on each node's main process, checkpoints on the global main process only.

@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 from tests.distributed.launching import checkpoint_listing  # noqa: E402
-from tests.parity.models import padded_lm_data  # noqa: E402
+from tests.models import padded_lm_data  # noqa: E402
 
 VOCAB = 64
 COMMON = dict(
@@ -143,7 +143,7 @@ def main(side: str, out_dir: str) -> None:
         results[name] = result
     if side == "ours":
         # GPT-2 has no tensor-parallel plan in transformers: refused when the Trainer is built.
-        from tests.parity.models import make_tiny_gpt2
+        from tests.models import make_tiny_gpt2
 
         try:
             data = padded_lm_data(4, vocab=VOCAB)

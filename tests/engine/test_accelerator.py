@@ -23,8 +23,8 @@ from tests.distributed.accelerator_script import (
     report,
     reset_reference_state,
 )
+from tests.models import make_regression_mlp, regression_data
 from tests.no_transformers import BLOCK_TRANSFORMERS
-from tests.parity.models import make_regression_mlp, regression_data
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -256,7 +256,7 @@ def test_no_accelerate_needed_at_run_time(tmp_path):
         + f"""
 import torch
 from hf_lightning import Trainer, TrainingArguments
-from tests.parity.models import make_regression_mlp, regression_data
+from tests.models import make_regression_mlp, regression_data
 
 class Probe(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

@@ -10,7 +10,7 @@ import torch
 import transformers
 
 from hf_lightning import Trainer, TrainingArguments
-from tests.parity.models import RegressionMLP, regression_data
+from tests.models import RegressionMLP, regression_data
 
 LARGEST_BATCH_THAT_FITS = 6
 

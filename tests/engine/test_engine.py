@@ -11,8 +11,8 @@ import torch
 
 from hf_lightning import TrainingArguments
 from hf_lightning.engine.trainer import HFLightningTrainer
+from tests.models import make_regression_mlp, regression_data
 from tests.no_transformers import BLOCK_TRANSFORMERS
-from tests.parity.models import make_regression_mlp, regression_data
 
 
 class MicroBatchSpy(pl.Callback):
@@ -62,7 +62,7 @@ def test_plain_module_trains_without_transformers(tmp_path):
     script = BLOCK_TRANSFORMERS + textwrap.dedent(
         f"""
         from hf_lightning import Trainer, TrainingArguments
-        from tests.parity.models import make_regression_mlp, regression_data
+        from tests.models import make_regression_mlp, regression_data
 
         args = TrainingArguments(output_dir={str(tmp_path)!r}, use_cpu=True, per_device_train_batch_size=2,
                                  logging_steps=1, num_train_epochs=1, save_strategy="no", disable_tqdm=True)

@@ -14,7 +14,7 @@ from torch import nn
 import hf_lightning.engine.lightning_bridge as bridge
 from hf_lightning import Trainer, TrainerCallback, TrainingArguments
 from hf_lightning.engine.precision import forward_only_mixed_precision_class
-from tests.parity.models import regression_data
+from tests.models import regression_data
 
 OVERFLOW_AT_STEPS = {2, 5}  # 1-based updates whose loss is made infinite
 

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.host_syncs import SyncCounter
 from hf_lightning import Trainer, TrainerCallback, TrainingArguments
-from tests.parity.models import RegressionMLP, make_tiny_gpt2, padded_lm_data, regression_data
+from tests.models import RegressionMLP, make_tiny_gpt2, padded_lm_data, regression_data
 
 NOT_THE_TRAINER = ("torch/utils/data/", "transformers/models/", "transformers/masking_utils.py")
 

@@ -16,7 +16,7 @@ from torch.utils.data import Dataset, IterableDataset
 from hf_lightning import TrainingArguments
 from hf_lightning.args.validation import InvalidArgumentsError
 from hf_lightning.engine.trainer import HFLightningTrainer
-from tests.parity.models import make_regression_mlp, regression_data
+from tests.models import make_regression_mlp, regression_data
 
 
 class EmptyMap(Dataset):
@@ -118,7 +118,7 @@ def test_the_model_and_data_problems_come_in_one_error(tmp_path):
 
 
 def test_a_model_with_input_embeddings_takes_neftune(tmp_path):
-    from tests.parity.models import make_tiny_bert_classifier
+    from tests.models import make_tiny_bert_classifier
 
     args = _args(TrainingArguments, str(tmp_path / "ours"), neftune_noise_alpha=5.0)
     HFLightningTrainer(model=make_tiny_bert_classifier(), args=args)

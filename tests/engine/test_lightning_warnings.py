@@ -6,7 +6,7 @@ import warnings
 
 import hf_lightning.engine.module  # noqa: F401  (imported first, as by any earlier run in the process)
 from hf_lightning import Trainer, TrainerCallback, TrainingArguments
-from tests.parity.models import make_regression_mlp, regression_data
+from tests.models import make_regression_mlp, regression_data
 
 
 class _WarnsAtStepEnd(TrainerCallback):

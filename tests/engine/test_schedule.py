@@ -99,7 +99,7 @@ def test_matches_reference_set_initial_training_values(tmp_path):
     import transformers
     from torch.utils.data import DataLoader
 
-    from tests.parity.models import make_regression_mlp, regression_data
+    from tests.models import make_regression_mlp, regression_data
 
     for kwargs in ({"num_train_epochs": 2.5}, {"max_steps": 7}, {"gradient_accumulation_steps": 3}):
         args = transformers.TrainingArguments(

@@ -26,9 +26,9 @@ from hf_lightning import (
 )
 from hf_lightning.engine.seq2seq import resolve_gen_kwargs
 from hf_lightning.translation.translate import translate
+from tests.models import make_tiny_t5, pad_seq2seq_batch, seq2seq_data
 from tests.no_transformers import BLOCK_TRANSFORMERS
 from tests.parity.harness import assert_arrays_equal, assert_metrics_match, assert_predictions_equal
-from tests.parity.models import make_tiny_t5, pad_seq2seq_batch, seq2seq_data
 
 BASE = {"use_cpu": True, "report_to": "none", "disable_tqdm": True, "per_device_eval_batch_size": 2}
 

@@ -26,7 +26,7 @@ from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME
 from hf_lightning.engine.signals import TERMINATED_MESSAGE
 from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.checkpoint.test_resume_safety import SETTINGS, assert_bit_identical, step_logs, train, weights
-from tests.parity.models import DropoutMLP, regression_data
+from tests.models import DropoutMLP, regression_data
 
 CHILD_TIMEOUT_S = 60
 # Resolved here, in the parent, so a forked child does not import the reference's trainer again.

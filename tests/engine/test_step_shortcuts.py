@@ -25,7 +25,7 @@ from hf_lightning.engine.lean_logging import LeanLoggerConnector
 from hf_lightning.engine.module import _moved_to_device
 from hf_lightning.engine.step_methods import ensure_train_mode
 from hf_lightning.engine.trainer import HFLightningTrainer
-from tests.parity.models import RegressionMLP, make_regression_mlp, regression_data
+from tests.models import RegressionMLP, make_regression_mlp, regression_data
 
 
 def _args(tmp_path, **overrides) -> TrainingArguments:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import IterableDataset
 
-from tests.parity.models import make_regression_mlp, regression_data
+from tests.models import make_regression_mlp, regression_data
 
 
 class Unsized(IterableDataset):

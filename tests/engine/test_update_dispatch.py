@@ -9,7 +9,7 @@ import torch
 from hf_lightning import TrainingArguments
 from hf_lightning.engine.trainer import HFLightningTrainer
 from hf_lightning.engine.update_dispatch import hook_dispatch_is_idle
-from tests.parity.models import make_regression_mlp, regression_data
+from tests.models import make_regression_mlp, regression_data
 
 
 class HookCounter(pl.Callback):

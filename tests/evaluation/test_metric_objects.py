@@ -19,8 +19,7 @@ from torchmetrics.regression import MeanAbsoluteError, MeanSquaredError, Pearson
 
 from hf_lightning import EarlyStoppingCallback, Trainer, TrainingArguments
 from hf_lightning.evaluation.metric_objects import local_rows_to_keep
-from tests.parity.harness import assert_metrics_match, assert_predictions_equal, run_parity
-from tests.parity.models import (
+from tests.models import (
     classification_data,
     make_regression_mlp,
     make_tiny_bert_classifier,
@@ -29,6 +28,7 @@ from tests.parity.models import (
     regression_data,
     token_classification_data,
 )
+from tests.parity.harness import assert_metrics_match, assert_predictions_equal, run_parity
 
 BASE = {"use_cpu": True, "report_to": "none", "disable_tqdm": True, "per_device_eval_batch_size": 4}
 
@@ -392,7 +392,7 @@ def test_generation_feeds_generated_ids_to_a_text_metric_through_a_decode_step(t
     from torchmetrics.wrappers import LambdaInputTransformer
 
     from hf_lightning import Seq2SeqTrainer, Seq2SeqTrainingArguments
-    from tests.parity.models import make_tiny_t5, pad_seq2seq_batch, seq2seq_data
+    from tests.models import make_tiny_t5, pad_seq2seq_batch, seq2seq_data
 
     def decode_batch(ids: torch.Tensor) -> list[str]:
         return [_decode(row) for row in ids.tolist()]

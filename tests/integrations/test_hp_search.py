@@ -17,7 +17,6 @@ import optuna
 import pytest
 import torch
 import transformers
-from torch import nn
 from transformers import trainer_utils as reference_utils
 
 from hf_lightning import TrainingArguments
@@ -30,6 +29,7 @@ from hf_lightning.integrations.hp_search import (
     default_compute_objective,
     default_hp_space_optuna,
 )
+from tests.models import LinearRegressor
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -46,18 +46,9 @@ def _frozen_heap():
 LEARNING_RATES = [1e-3, 3e-2, 1e-1]
 
 
-class TinyRegression(nn.Module):
-    """A linear regressor returning `{"loss", "logits"}` like a Hugging Face model."""
-
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(4, 1)
-
-    def forward(self, x, labels=None):
-        prediction = self.linear(x).squeeze(-1)
-        if labels is None:
-            return {"logits": prediction}
-        return {"loss": nn.functional.mse_loss(prediction, labels), "logits": prediction}
+def tiny_regression() -> LinearRegressor:
+    """A linear regressor returning `{"loss", "logits"}`; a model_init without arguments."""
+    return LinearRegressor()
 
 
 def _dataset(n: int, seed: int) -> list[dict[str, torch.Tensor]]:
@@ -139,7 +130,7 @@ def _search(
 
     def model_init(trial):
         init_seeds.append(torch.initial_seed())
-        return TinyRegression()
+        return tiny_regression()
 
     merged = {
         "report_to": "none",
@@ -280,7 +271,7 @@ def test_search_picks_the_trial_with_the_lowest_independent_objective(tmp_path):
             use_cpu=True,
         )
         trainer = HFLightningTrainer(
-            model_init=TinyRegression, args=args, train_dataset=TRAIN, eval_dataset=EVAL
+            model_init=tiny_regression, args=args, train_dataset=TRAIN, eval_dataset=EVAL
         )
         trainer.train()
         independent[lr] = trainer.evaluate()["eval_loss"]
@@ -461,14 +452,14 @@ def test_default_space_and_objective_in_a_search_match_the_reference(tmp_path):
 def test_refusals_and_requirements(tmp_path, monkeypatch):
     """Only optuna is a backend; model_init is required; a missing optuna names the extra to install."""
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none", disable_tqdm=True, use_cpu=True)
-    trainer = HFLightningTrainer(model_init=TinyRegression, args=args, train_dataset=TRAIN)
+    trainer = HFLightningTrainer(model_init=tiny_regression, args=args, train_dataset=TRAIN)
     for backend in ("ray", "wandb", "sigopt", HPSearchBackend.RAY):
         with pytest.raises(ValueError, match=r"only the 'optuna' backend is supported") as error:
             trainer.hyperparameter_search(backend=backend, n_trials=1)
         assert repr(getattr(backend, "value", backend)) in str(error.value)
     assert trainer.hp_search_backend is None
 
-    with_model = HFLightningTrainer(model=TinyRegression(), args=args, train_dataset=TRAIN)
+    with_model = HFLightningTrainer(model=tiny_regression(), args=args, train_dataset=TRAIN)
     with pytest.raises(RuntimeError, match="model_init"):
         with_model.hyperparameter_search(n_trials=1)
 

@@ -28,7 +28,7 @@ from tests.integrations.hub_server import (
     point_hub_at,
     shared_server,
 )
-from tests.parity.models import classification_data, make_tiny_bert_classifier
+from tests.models import classification_data, make_tiny_bert_classifier
 
 ROOT = Path(__file__).resolve().parents[2]
 SIDES = ("ref", "ours")

@@ -32,7 +32,7 @@ from hf_lightning.translation.logger_specs import (
     requested_loggers,
 )
 from hf_lightning.translation.translate import translate
-from tests.parity.models import make_regression_mlp, regression_data
+from tests.models import make_regression_mlp, regression_data
 
 SECRET = "secret-token-123"
 SUMMARY_ONLY = (
@@ -337,7 +337,7 @@ def test_tensorboard_gets_the_arguments_and_model_config_as_text(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from transformers import BertConfig, BertForSequenceClassification
 
-    from tests.parity.models import classification_data
+    from tests.models import classification_data
 
     def texts(side: str, trainer_class: type, args_class: type) -> dict[str, dict]:
         config = BertConfig(

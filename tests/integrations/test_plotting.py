@@ -10,7 +10,7 @@ import pytest
 from hf_lightning import TrainingArguments
 from hf_lightning.engine.trainer import HFLightningTrainer
 from hf_lightning.integrations.plotting import plot_log_history, save_training_plot
-from tests.parity.models import make_regression_mlp, regression_data
+from tests.models import make_regression_mlp, regression_data
 
 
 def _points(history, key):

@@ -9,8 +9,8 @@ import contextlib
 
 from hf_lightning import TrainingArguments
 from hf_lightning.engine.trainer import HFLightningTrainer
+from tests.models import RegressionMLP, make_regression_mlp, regression_data
 from tests.parity.harness import assert_parity, run_parity
-from tests.parity.models import RegressionMLP, make_regression_mlp, regression_data
 
 ARGS = dict(per_device_train_batch_size=4, learning_rate=1e-2, logging_steps=1, num_train_epochs=1)
 

@@ -10,8 +10,8 @@ import re
 
 import torch
 
+from tests.models import classification_data, make_tiny_bert_classifier
 from tests.parity.harness import run_parity
-from tests.parity.models import classification_data, make_tiny_bert_classifier
 
 
 def _logging_subclass(base):

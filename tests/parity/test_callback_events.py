@@ -8,8 +8,8 @@ import pytest
 import transformers
 
 from hf_lightning.callbacks.base import EVENTS
+from tests.models import make_regression_mlp, regression_data
 from tests.parity.harness import run_parity
-from tests.parity.models import make_regression_mlp, regression_data
 
 CONTROL_FLAGS = ("should_training_stop", "should_epoch_stop", "should_save", "should_evaluate", "should_log")
 EVENT_KWARGS = (
@@ -187,7 +187,7 @@ def test_mixed_hf_and_lightning_callbacks(tmp_path):
 
 def test_spec_4_12_trace_with_tiny_bert(tmp_path):
     """The recorded configuration of CB-4.12: the whole event trace and the checkpoint folders match."""
-    from tests.parity.models import classification_data, make_tiny_bert_classifier
+    from tests.models import classification_data, make_tiny_bert_classifier
 
     reference_recorder, our_recorder = EventRecorder(), EventRecorder()
     result = run_parity(

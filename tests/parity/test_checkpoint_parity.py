@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.models import make_regression_mlp, regression_data
 from tests.parity.harness import assert_weights_close, run_parity
-from tests.parity.models import make_regression_mlp, regression_data
 
 # Wall-clock measurements differ between any two runs, so they are only checked for presence.
 RUNTIME_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from hf_lightning.data.dataset_position import DATASET_POSITION_NAME
-from tests.parity.models import DropoutMLP, regression_data
+from tests.models import DropoutMLP, regression_data
 from tests.parity.test_resume import assert_bit_identical, max_difference, step_logs, train
 
 SETTINGS = dict(max_steps=8, save_steps=3, gradient_accumulation_steps=2)

@@ -12,14 +12,7 @@ import pytest
 import transformers
 
 from hf_lightning import Seq2SeqTrainer, Seq2SeqTrainingArguments
-from tests.parity.harness import (
-    assert_arrays_equal,
-    assert_log_history_matches,
-    assert_metrics_match,
-    assert_predictions_equal,
-    run_parity,
-)
-from tests.parity.models import (
+from tests.models import (
     classification_data,
     make_regression_mlp,
     make_tiny_bert_classifier,
@@ -30,6 +23,13 @@ from tests.parity.models import (
     regression_data,
     seq2seq_data,
     token_classification_data,
+)
+from tests.parity.harness import (
+    assert_arrays_equal,
+    assert_log_history_matches,
+    assert_metrics_match,
+    assert_predictions_equal,
+    run_parity,
 )
 
 # Eval batches of 4 over 10 samples: the short last batch exercises the sample weighting of the loss.

@@ -23,8 +23,9 @@ from hf_lightning.checkpoint.resume import Resumer
 from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME, OPTIMIZER_NAME
 from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.checkpoint.chosen_checkpoints import record_chosen_checkpoints
-from tests.parity.models import (
+from tests.models import (
     DropoutMLP,
+    LinearRegressor,
     ListDataset,
     classification_data,
     make_tiny_bert_classifier,
@@ -279,24 +280,18 @@ def test_skipped_batches_are_never_loaded(tmp_path):
     loaded = {}
     for library in ("reference", "ours"):
         train(
-            library, tmp_path / library, regression_data(24), stop_at=4, make_model=IndexlessMLP, **settings
+            library, tmp_path / library, regression_data(24), stop_at=4, make_model=linear_regressor, **settings
         )
         dataset = CountingDataset(regression_data(24))
-        train(library, tmp_path / library, dataset, resume=True, make_model=IndexlessMLP, **settings)
+        train(library, tmp_path / library, dataset, resume=True, make_model=linear_regressor, **settings)
         loaded[library] = dataset.loaded
     assert len(loaded["ours"]) == 4 * 2 + 2  # the 4 resumed steps' items, plus one batch fetched ahead
     assert loaded["ours"] == loaded["reference"]
 
 
-class IndexlessMLP(nn.Module):
-    def __init__(self, seed: int = 0):
-        super().__init__()
-        torch.manual_seed(seed)
-        self.net = nn.Linear(4, 1)
-
-    def forward(self, x, labels=None):
-        logits = self.net(x).squeeze(-1)
-        return {"loss": nn.functional.mse_loss(logits, labels), "logits": logits}
+def linear_regressor(seed: int = 0) -> LinearRegressor:
+    """A seeded one-layer regressor, the run's `make_model` (called with the model seed)."""
+    return LinearRegressor(seed=seed)
 
 
 class LoadsNothingOnResume:
@@ -460,9 +455,9 @@ def test_resume_from_the_final_checkpoint_of_a_mid_epoch_max_steps_run(tmp_path)
     settings = dict(max_steps=5, save_steps=5)
     finals = {}
     for library in ("reference", "ours"):
-        first = train(library, tmp_path / library, dataset, make_model=IndexlessMLP, **settings)
+        first = train(library, tmp_path / library, dataset, make_model=linear_regressor, **settings)
         finals[library] = train(
-            library, tmp_path / library, dataset, resume=True, make_model=IndexlessMLP, **settings
+            library, tmp_path / library, dataset, resume=True, make_model=linear_regressor, **settings
         )
         if library == "ours":
             assert_bit_identical(finals[library].weights, first.weights)
@@ -494,7 +489,7 @@ def callbacks_after_resume(library: str, run_dir, restore: bool) -> tuple[list[s
     for resume in (None, True):
         user_callback = CountingCallback()
         trainer = trainer_cls(
-            model=IndexlessMLP(),
+            model=linear_regressor(),
             args=args_cls(
                 output_dir=str(run_dir), use_cpu=True, report_to="none", disable_tqdm=True, **settings
             ),
@@ -526,14 +521,14 @@ def test_save_only_model_checkpoint_restarts_the_schedule_like_the_reference(tmp
     rates = {}
     for library in ("reference", "ours"):
         train(
-            library, tmp_path / library, regression_data(16), stop_at=2, make_model=IndexlessMLP, **settings
+            library, tmp_path / library, regression_data(16), stop_at=2, make_model=linear_regressor, **settings
         )
         resumed = train(
             library,
             tmp_path / library,
             regression_data(16),
             resume=str(tmp_path / library / "checkpoint-2"),
-            make_model=IndexlessMLP,
+            make_model=linear_regressor,
             **settings,
         )
         rates[library] = [e["learning_rate"] for e in step_logs(resumed.log_history)[2:]]
@@ -601,14 +596,14 @@ def test_auto_find_batch_size_reuses_the_saved_batch_size_like_the_reference(tmp
     for library in ("reference", "ours"):
         settings = dict(max_steps=4, save_steps=2, auto_find_batch_size=True)
         train(
-            library, tmp_path / library, regression_data(16), stop_at=2, make_model=IndexlessMLP, **settings
+            library, tmp_path / library, regression_data(16), stop_at=2, make_model=linear_regressor, **settings
         )
         resumed = train(
             library,
             tmp_path / library,
             regression_data(16),
             resume=True,
-            make_model=IndexlessMLP,
+            make_model=linear_regressor,
             per_device_train_batch_size=4,
             **settings,
         )

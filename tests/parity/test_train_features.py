@@ -11,8 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import IterableDataset
 
-from tests.parity.harness import assert_log_history_matches, assert_parity, run_parity
-from tests.parity.models import (
+from tests.models import (
     ListDataset,
     classification_data,
     make_regression_mlp,
@@ -21,6 +20,7 @@ from tests.parity.models import (
     padded_lm_data,
     regression_data,
 )
+from tests.parity.harness import assert_log_history_matches, assert_parity, run_parity
 
 MLP_ARGS = dict(per_device_train_batch_size=3, learning_rate=1e-2, logging_steps=1, num_train_epochs=2)
 

@@ -134,7 +134,7 @@ def _build(side: str, config: dict, output_dir: Path, **extra_args) -> object:
     from hf_lightning import TrainingArguments
     from hf_lightning.engine.trainer import HFLightningTrainer
     from hf_lightning.translation.environment import Environment
-    from tests.parity.models import classification_data, make_tiny_bert_classifier
+    from tests.models import classification_data, make_tiny_bert_classifier
 
     model, data = make_tiny_bert_classifier(), classification_data(12)
     arguments = {"output_dir": str(output_dir), "deepspeed": config, **RUN_ARGS, **extra_args}
@@ -170,7 +170,7 @@ def _construction_flags(trainer) -> dict:
 
 
 def _eval_metrics(trainer) -> dict:
-    from tests.parity.models import classification_data
+    from tests.models import classification_data
 
     metrics = trainer.evaluate(classification_data(6, seed=1))
     return {key: value for key, value in metrics.items() if "runtime" not in key and "per_second" not in key}
@@ -473,7 +473,7 @@ def _recording_trainer(tmp_path, monkeypatch, deepspeed: dict | None):
 
 
 def test_evaluation_under_deepspeed_casts_float_inputs_and_does_not_autocast(tmp_path, monkeypatch):
-    from tests.parity.models import ListDataset
+    from tests.models import ListDataset
 
     data = ListDataset([{"x": torch.ones(2), "ids": torch.tensor(3), "labels": torch.tensor(1.0)}] * 2)
     trainer = _recording_trainer(

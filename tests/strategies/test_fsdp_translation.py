@@ -29,7 +29,7 @@ from hf_lightning.strategies.fsdp.strategy import HFFSDP2Strategy, HFFSDPStrateg
 from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.registry.distributed import fsdp_plugin_args
 from hf_lightning.translation.translate import translate
-from tests.parity.models import make_tiny_bert_classifier, make_tiny_gpt2
+from tests.models import make_tiny_bert_classifier, make_tiny_gpt2
 
 GPU_2 = Environment(
     cuda_available=True, cuda_device_count=2, world_size=2, local_world_size=2, is_distributed_launch=True

@@ -27,7 +27,7 @@ from hf_lightning.callbacks.state import ExportableState
 from hf_lightning.strategies.build import build_strategy
 from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.translate import translate
-from tests.parity.models import (
+from tests.models import (
     ListDataset,
     RegressionMLP,
     classification_data,

@@ -24,7 +24,7 @@ from hf_lightning import PrinterCallback, ProgressCallback, Seq2SeqTrainingArgum
 from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.translate import translate
 from tests.integrations.hub_server import OTHER_TOKEN
-from tests.parity.models import regression_data
+from tests.models import regression_data
 from tests.translation.harness import (
     BASE_ARGS,
     EVAL_SIZE,

@@ -11,7 +11,7 @@ from accelerate.parallelism_config import ParallelismConfig
 from hf_lightning import Trainer, TrainingArguments
 from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.translate import explain, translate
-from tests.parity.models import make_regression_mlp, regression_data
+from tests.models import make_regression_mlp, regression_data
 
 TWO_PROCESSES = Environment(world_size=2, local_world_size=2, is_distributed_launch=True)
 TWO_NODES = Environment(world_size=2, local_world_size=1, num_nodes=2, is_distributed_launch=True)
@@ -66,7 +66,7 @@ def test_the_model_needs_a_tp_plan_with_heads_that_divide():
         tp_model_refusal,
     )
     from tests.distributed.tp_train_script import make_tiny_llama
-    from tests.parity.models import make_tiny_gpt2
+    from tests.models import make_tiny_gpt2
 
     llama = make_tiny_llama()
     assert tp_model_refusal(llama, 2) is None

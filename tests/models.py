@@ -1,4 +1,4 @@
-"""Tiny seeded models and data sets shared by the parity tests (dropout 0, CPU, seconds each)."""
+"""Tiny seeded models and data sets shared by the tests (dropout 0 unless named, CPU, seconds each)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,23 @@ class RegressionMLP(nn.Module):
         if labels is not None:
             out["loss"] = nn.functional.mse_loss(logits, labels)
         return out
+
+
+class LinearRegressor(nn.Module):
+    """One linear layer returning `{"loss", "logits"}` like a Hugging Face model (`{"logits"}` without labels);
+    seeded when `seed` is given."""
+
+    def __init__(self, in_features: int = 4, seed: int | None = None):
+        super().__init__()
+        if seed is not None:
+            torch.manual_seed(seed)
+        self.linear = nn.Linear(in_features, 1)
+
+    def forward(self, x, labels=None):
+        logits = self.linear(x).squeeze(-1)
+        if labels is None:
+            return {"logits": logits}
+        return {"loss": nn.functional.mse_loss(logits, labels), "logits": logits}
 
 
 class DropoutMLP(nn.Module):
