@@ -7,6 +7,7 @@ here (`get_batch_samples`, `training_step`, `compute_loss`, `create_optimizer`, 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import warnings
@@ -39,6 +40,7 @@ from hf_lightning.core.enums import enum_value
 from hf_lightning.core.outputs import TrainOutput
 from hf_lightning.core.seeding import seed_from_args
 from hf_lightning.data.collate import pick_default_collator
+from hf_lightning.data.samplers import made_seedable
 from hf_lightning.data.sized import has_length
 from hf_lightning.engine.accelerator import LightningAccelerator
 from hf_lightning.engine.input_checks import check_trainer_inputs
@@ -369,19 +371,33 @@ class HFLightningTrainer(
 
     # ---- data -------------------------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
-        """The train DataLoader with the reference's sampler, collation and column removal."""
+        """The train DataLoader with the reference's sampler (`_get_train_sampler`), collation and column removal."""
+        if self.train_dataset is None:
+            raise ValueError("Trainer: training requires a train_dataset.")
+        return self._get_dataloader(
+            self.train_dataset, "Training", self._train_batch_size, self._get_train_sampler, is_training=True
+        )
+
+    def _get_train_sampler(self, train_dataset: Dataset | None = None) -> Any:
+        """The train sampler for `train_sampling_strategy` (None for unsized data), as the reference's; the
+        dataloader builders call it, so a subclass's override chooses the order."""
+        if train_dataset is None:
+            train_dataset = self.train_dataset
         replicas, replica = self._data_parallel_layout()
-        return dataloaders.build_train_dataloader(
-            self.train_dataset,
+        return data_layer.get_train_sampler(
+            train_dataset,
             args=self.args,
-            data_collator=self.data_collator,
-            model=self.model,
             processing_class=self.processing_class,
             world_size=replicas,
             process_index=replica,
-            batch_size=self._train_batch_size,
             settings=self.plan.module,
-            columns=self._kept_columns(),
+        )
+
+    def _get_eval_sampler(self, eval_dataset: Dataset) -> Any:
+        """The evaluation sampler: sequential in one process (none, then dealt, in several), as the reference's."""
+        replicas, _ = self._data_parallel_layout()
+        return data_layer.get_eval_sampler(
+            eval_dataset, args=self.args, processing_class=self.processing_class, world_size=replicas
         )
 
     def get_eval_dataloader(self, eval_dataset: str | Dataset | None = None) -> DataLoader:
@@ -406,20 +422,10 @@ class HFLightningTrainer(
         return self._build_eval_dataloader(test_dataset, "test")
 
     def _build_eval_dataloader(self, dataset: Dataset, description: str) -> DataLoader:
-        """This process's share of an eval / test set, sequential, as the reference deals it."""
-        replicas, replica = self._data_parallel_layout()
-        return dataloaders.build_eval_dataloader(
-            dataset,
-            args=self.args,
-            data_collator=self.data_collator,
-            model=self.model,
-            processing_class=self.processing_class,
-            world_size=replicas,
-            process_index=replica,
-            description=description,
-            settings=self.plan.module,
-            columns=self._kept_columns(),
-        )
+        """This process's share of an eval / test set in `_get_eval_sampler`'s order, as the reference deals it."""
+        if dataset is None:
+            raise ValueError("Trainer: evaluation requires an eval_dataset.")
+        return self._get_dataloader(dataset, description, self.args.eval_batch_size, self._get_eval_sampler)
 
     def _get_dataloader(
         self,
@@ -431,11 +437,19 @@ class HFLightningTrainer(
         dataloader_key: str | None = None,
     ) -> DataLoader:
         """The reference's shared builder (subclasses such as TRL's GRPOTrainer call it with their own sampler):
-        column removal, `sampler_fn(dataset)` as the sampler, this process's share of the batches."""
+        column removal, `sampler_fn(dataset)` as the sampler (a torch `RandomSampler` made seedable, as accelerate
+        prepares it), this process's share of the batches."""
         replicas, replica = self._data_parallel_layout()
+        seedable = self.plan.module.use_seedable_sampler
+        data_seed = self.args.data_seed
+
+        def make_sampler(data: Dataset) -> Any:
+            sampler = sampler_fn(data) if sampler_fn is not None else None
+            return made_seedable(sampler, data_seed) if seedable else sampler
+
         return dataloaders.build_dataloader(
             dataset,
-            sampler_fn if sampler_fn is not None else (lambda _dataset: None),
+            make_sampler,
             args=self.args,
             data_collator=self.data_collator,
             model=self.model,
@@ -445,9 +459,16 @@ class HFLightningTrainer(
             world_size=replicas,
             process_index=replica,
             is_training=is_training,
-            settings=self.plan.module,
+            settings=self._loader_settings(),
             columns=self._kept_columns(),
         )
+
+    def _loader_settings(self) -> Any:
+        """The plan's module settings, with `even_batches` as `accelerator.even_batches` was last set (accelerate's
+        prepare reads the accelerator's value, which a subclass may change before building a loader)."""
+        settings = self.plan.module
+        chosen = self.accelerator.even_batches
+        return settings if chosen == settings.even_batches else dataclasses.replace(settings, even_batches=chosen)
 
     def _set_signature_columns_if_needed(self) -> None:
         """Set `_signature_columns` (the columns column removal keeps) from the model's forward, if not set."""

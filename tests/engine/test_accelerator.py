@@ -201,7 +201,7 @@ def test_preparing_what_lightning_prepares_raises_naming_what_to_use(tmp_path):
     with pytest.raises(ValueError, match="create_scheduler"):
         accelerator.prepare(torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0))
     with pytest.raises(AttributeError, match="accelerator_config"):
-        accelerator.dataloader_config.even_batches = False
+        accelerator.dataloader_config.split_batches = True
     accelerator.dataloader_config.dispatch_batches = False  # what TRL sets for iterable data: already so
     with pytest.raises(TypeError, match="gather_object"):
         accelerator.reduce(["not a tensor"])
