@@ -1,18 +1,19 @@
 """Which classes a rebuild takes along: the ones that are, or whose code builds, a replaced class.
 
 A class is adapted when it subclasses a replaced class (`transformers.Trainer`, `TrainingArguments`, ...), or when
-it belongs to another library and its methods name (as a global) an adapted class or a replaced object: setfit's
-`Trainer` is no `transformers.Trainer`, but its `__init__` builds a sentence-transformers trainer, so it is rebuilt
-to build ours. What a method names is read from its code objects (`co_names`, nested functions and comprehensions
+it belongs to another library, is no torch module (models and losses stay the library's), and its methods name (as a
+global) an adapted class or a replaced object: setfit's `Trainer` is no `transformers.Trainer`, but its `__init__`
+builds a sentence-transformers trainer, so it is rebuilt to build ours. What a method names is read from its code objects (`co_names`, nested functions and comprehensions
 included), resolved in the method's module globals, as the interpreter would resolve them.
 """
 
 from __future__ import annotations
 
-import builtins
 import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+import torch
 
 # Packages whose classes are never rebuilt for what their code names: the replaced libraries and ours.
 _NEVER_REBUILT_FOR_REFERENCES = frozenset(
@@ -64,8 +65,6 @@ def referenced_globals(func: types.FunctionType) -> Iterator[Any]:
     for name in dict.fromkeys(_names(func.__code__)):
         if name in namespace:
             yield namespace[name]
-        elif hasattr(builtins, name):
-            continue
 
 
 def is_replaced(value: Any, replacements: Mapping[Any, Any]) -> bool:
@@ -107,7 +106,9 @@ class Discovery:
             return False
         if any(issubclass(cls, root) for root in self._roots()):
             return True
-        if package in _NEVER_REBUILT_FOR_REFERENCES:
+        if package in _NEVER_REBUILT_FOR_REFERENCES or issubclass(cls, torch.nn.Module):
+            # A model or loss crosses between the library's code and the user's (a stock CrossEncoder given to a
+            # stock loss): it stays the library's class, even when a `fit()` of it builds a trainer.
             return False
         if any(self.is_adapted(base) for base in cls.__mro__[1:]):
             return True

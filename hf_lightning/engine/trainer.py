@@ -21,6 +21,13 @@ from torch.utils.data import DataLoader, Dataset
 import hf_lightning.data.dataloaders as dataloaders
 import hf_lightning.data.model_inputs as data_layer
 from hf_lightning.args.accelerator_config import fold_num_steps_into_arguments
+from hf_lightning.args.changes import (
+    CONSTRUCTION_FIELDS,
+    arguments_snapshot,
+    changed_fields,
+    warn_kept,
+    with_construction_values,
+)
 from hf_lightning.args.training_args import TrainingArguments, as_training_arguments
 from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.callbacks import (
@@ -172,6 +179,8 @@ class HFLightningTrainer(
         if refusal:
             raise ValueError(refusal)
         fold_num_steps_into_arguments(args)
+        # What the plan was translated from: train() compares the arguments with it (args/changes.py).
+        self._planned_arguments = arguments_snapshot(args)
         # The planned settings the facade keeps under the reference's attribute names.
         self.label_smoother = self._build_label_smoother()
         self.neftune_noise_alpha = self.plan.module.neftune_noise_alpha
@@ -545,6 +554,24 @@ class HFLightningTrainer(
         return inputs
 
     # ---- training ---------------------------------------------------------------------------------------------
+    def _read_changed_arguments(self) -> None:
+        """Fields changed since the plan was translated: translated again (the run reads them; a refused value
+        raises here, before training), but those the reference reads only in its constructor keep their value then,
+        with a warning naming each (args/changes.py)."""
+        before = self._planned_arguments
+        changed = changed_fields(before, self.args)
+        if not changed:
+            return
+        kept = [name for name in changed if name in CONSTRUCTION_FIELDS]
+        warn_kept(kept, before, self.args)
+        read = [name for name in changed if name not in CONSTRUCTION_FIELDS]
+        if not read:
+            return
+        logger.info(f"TrainingArguments changed since the trainer was built, translated again: {', '.join(read)}")
+        self.plan = translate(with_construction_values(self.args, before, kept))
+        current = arguments_snapshot(self.args)
+        before.update({name: current[name] for name in read})
+
     def train(
         self,
         resume_from_checkpoint: str | bool | None = None,
@@ -554,6 +581,9 @@ class HFLightningTrainer(
         """Train with Lightning's loop, reproducing the reference's steps, logs and metrics."""
         # lazy: Lightning loads when a run starts, not at `from hf_lightning import Trainer`
         from hf_lightning.engine.training_run import TrainingRun
+
+        if self._training_run is None:
+            self._read_changed_arguments()
 
         outer_run, self._training_run = self._training_run, TrainingRun(self, trial, ignore_keys_for_eval)
         try:
