@@ -36,8 +36,10 @@ class ResumeConnector:
         resume.position_lightning_loops(self._facade, self.point, lightning_trainer)
 
     def load_optimizer_and_scheduler(self, lightning_trainer: pl.Trainer) -> None:
-        """Load the optimizer, scheduler and scaler states into what Lightning set up."""
-        resume.load_optimizer_and_scheduler(self._facade, self.point, lightning_trainer)
+        """Load the optimizer, scheduler and scaler states into what Lightning set up, through the facade's
+        overridable `_load_optimizer_and_scheduler(checkpoint folder)`, called when resuming, as the reference."""
+        if self.point is not None:
+            self._facade._load_optimizer_and_scheduler(self.point.files.checkpoint)
 
     def enter_epoch(self, epoch: int) -> int:
         """The micro-batch index epoch `epoch` continues from (-1: its start); fast-forwards the resumed one."""

@@ -40,6 +40,7 @@ from hf_lightning.callbacks import (
     is_exportable_state,
 )
 from hf_lightning.callbacks.notebook import default_progress_callback
+from hf_lightning.checkpoint import resume
 from hf_lightning.checkpoint.model_card import ModelCardMixin
 from hf_lightning.checkpoint.output_folder import make_output_dir
 from hf_lightning.checkpoint.saving import CheckpointMixin
@@ -59,6 +60,7 @@ from hf_lightning.engine.loss import (
 )
 from hf_lightning.engine.memory import TrainerMemoryTracker
 from hf_lightning.engine.optimizer_methods import OptimizerMixin
+from hf_lightning.engine.overridable import refuse_uncalled_overrides
 from hf_lightning.engine.overrides import is_base_method
 from hf_lightning.engine.step_methods import TrainingStepMixin
 from hf_lightning.evaluation.helpers import deepspeed_input_dtype
@@ -105,6 +107,8 @@ class HFLightningTrainer(
         preprocess_logits_for_metrics: Callable | None = None,
         **deprecated_kwargs: Any,
     ):
+        # An override of a reference method Lightning's loop never calls is refused here, before anything runs.
+        refuse_uncalled_overrides(type(self))
         processing_class = _fold_tokenizer_alias(processing_class, deprecated_kwargs)
         if args is None:
             args = TrainingArguments(output_dir="tmp_trainer")
@@ -554,6 +558,22 @@ class HFLightningTrainer(
         return inputs
 
     # ---- training ---------------------------------------------------------------------------------------------
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """The resumed checkpoint's optimizer, scheduler and scaler states, loaded into what Lightning set up; called
+        on a resume once the optimizer exists, with the checkpoint folder, as the reference does, so a subclass reads
+        more of the folder after `super()` (TRL's GRPO: its entropy controller)."""
+        run = self._training_run
+        if checkpoint is None or run is None:
+            return
+        resume.load_optimizer_and_scheduler(self, run.resume.point, run.lightning_trainer)
+
+    def end(self) -> None:
+        """Finish the run's loggers and destroy the default process group (call once, at the script's end)."""
+        for pl_logger in self._current_loggers():
+            pl_logger.finalize("success")
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
     def _read_changed_arguments(self) -> None:
         """Fields changed since the plan was translated: translated again (the run reads them; a refused value
         raises here, before training), but those the reference reads only in its constructor keep their value then,
