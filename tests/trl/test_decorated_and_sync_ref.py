@@ -65,4 +65,4 @@ def test_accelerate_state_stand_in_answers_what_trl_asks():
     state = AcceleratorState()
     assert state.deepspeed_plugin is None and state.process_index == 0 and state.num_processes == 1
     with pytest.raises(AttributeError, match="trainer.accelerator.state"):
-        state.mixed_precision
+        _ = state.mixed_precision
