@@ -133,3 +133,22 @@ def test_a_called_override_is_accepted_and_a_library_class_is_checked_as_the_lib
 
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
     Mine(model=make_regression_mlp(), args=args, train_dataset=regression_data(4))
+
+
+def test_end_destroys_the_default_process_group(tmp_path):
+    """`Trainer.end()` (reference API a script calls last): the default process group is gone afterwards."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+        Trainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(4)).end()
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
