@@ -24,7 +24,7 @@ from typing import Any
 import transformers
 
 from hf_lightning.adapted import accelerate_state
-from hf_lightning.adapted.discovery import Discovery, class_functions, is_replaced
+from hf_lightning.adapted.discovery import Discovery, is_replaced
 from hf_lightning.adapted.rebuild import ClassRebuilder
 from hf_lightning.args.training_args import Seq2SeqTrainingArguments, TrainingArguments
 from hf_lightning.engine.seq2seq import HFLightningSeq2SeqTrainer
@@ -178,8 +178,3 @@ def on_lightning(*classes: type) -> Any:
 
 def _is_ours(cls: type) -> bool:
     return (cls.__module__ or "").split(".")[0] == "hf_lightning"
-
-
-def rebuilt_functions(cls: type) -> list[types.FunctionType]:
-    """The functions of a rebuilt class's own dict (for readers and tests: each one's `__wrapped_original__`)."""
-    return list(class_functions(cls))
