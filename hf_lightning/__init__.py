@@ -48,6 +48,7 @@ _EXPORTS = {
     "SaveStrategy": "hf_lightning.core.enums",
     "SchedulerType": "hf_lightning.core.enums",
     "OptimizerNames": "hf_lightning.core.enums",
+    "on_lightning": "hf_lightning.adapted.registry",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

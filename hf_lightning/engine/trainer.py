@@ -7,6 +7,7 @@ here (`get_batch_samples`, `training_step`, `compute_loss`, `create_optimizer`, 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import warnings
@@ -20,6 +21,13 @@ from torch.utils.data import DataLoader, Dataset
 import hf_lightning.data.dataloaders as dataloaders
 import hf_lightning.data.model_inputs as data_layer
 from hf_lightning.args.accelerator_config import write_planned_accumulation
+from hf_lightning.args.changes import (
+    CONSTRUCTION_FIELDS,
+    arguments_snapshot,
+    changed_fields,
+    warn_kept,
+    with_construction_values,
+)
 from hf_lightning.args.training_args import TrainingArguments, as_training_arguments
 from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.callbacks import (
@@ -40,6 +48,7 @@ from hf_lightning.core.enums import enum_value
 from hf_lightning.core.outputs import TrainOutput
 from hf_lightning.core.seeding import seed_from_args
 from hf_lightning.data.collate import pick_default_collator
+from hf_lightning.data.samplers import made_seedable
 from hf_lightning.data.sized import has_length
 from hf_lightning.engine.accelerator import LightningAccelerator
 from hf_lightning.engine.input_checks import check_trainer_inputs
@@ -51,6 +60,7 @@ from hf_lightning.engine.loss import (
 )
 from hf_lightning.engine.memory import TrainerMemoryTracker
 from hf_lightning.engine.optimizer_methods import OptimizerMixin
+from hf_lightning.engine.overridable import refuse_uncalled_overrides
 from hf_lightning.engine.overrides import is_base_method
 from hf_lightning.engine.step_methods import TrainingStepMixin
 from hf_lightning.evaluation.methods import EvaluationMixin
@@ -120,6 +130,8 @@ class HFLightningTrainer(
         preprocess_logits_for_metrics: Callable | None = None,
         **deprecated_kwargs: Any,
     ):
+        # An override of a reference method Lightning's loop never calls is refused here, before anything runs.
+        refuse_uncalled_overrides(type(self))
         processing_class = _fold_tokenizer_alias(processing_class, deprecated_kwargs)
         if args is None:
             args = TrainingArguments(output_dir="tmp_trainer")
@@ -194,6 +206,8 @@ class HFLightningTrainer(
         if refusal:
             raise ValueError(refusal)
         write_planned_accumulation(args, self.plan.module.gradient_accumulation_steps)
+        # What the plan was translated from: train() compares the arguments with it (args/changes.py).
+        self._planned_arguments = arguments_snapshot(args)
         # The planned settings the facade keeps under the reference's attribute names.
         self.label_smoother = self._build_label_smoother()
         self.neftune_noise_alpha = self.plan.module.neftune_noise_alpha
@@ -395,19 +409,33 @@ class HFLightningTrainer(
 
     # ---- data -------------------------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
-        """The train DataLoader with the reference's sampler, collation and column removal."""
+        """The train DataLoader with the reference's sampler (`_get_train_sampler`), collation and column removal."""
+        if self.train_dataset is None:
+            raise ValueError("Trainer: training requires a train_dataset.")
+        return self._get_dataloader(
+            self.train_dataset, "Training", self._train_batch_size, self._get_train_sampler, is_training=True
+        )
+
+    def _get_train_sampler(self, train_dataset: Dataset | None = None) -> Any:
+        """The train sampler for `train_sampling_strategy` (None for unsized data), as the reference's; the
+        dataloader builders call it, so a subclass's override chooses the order."""
+        if train_dataset is None:
+            train_dataset = self.train_dataset
         replicas, replica = self._data_parallel_layout()
-        return dataloaders.build_train_dataloader(
-            self.train_dataset,
+        return data_layer.get_train_sampler(
+            train_dataset,
             args=self.args,
-            data_collator=self.data_collator,
-            model=self.model,
             processing_class=self.processing_class,
             world_size=replicas,
             process_index=replica,
-            batch_size=self._train_batch_size,
             settings=self.plan.module,
-            columns=self._kept_columns(),
+        )
+
+    def _get_eval_sampler(self, eval_dataset: Dataset) -> Any:
+        """The evaluation sampler: sequential in one process (none, then dealt, in several), as the reference's."""
+        replicas, _ = self._data_parallel_layout()
+        return data_layer.get_eval_sampler(
+            eval_dataset, args=self.args, processing_class=self.processing_class, world_size=replicas
         )
 
     def get_eval_dataloader(self, eval_dataset: str | Dataset | None = None) -> DataLoader:
@@ -432,20 +460,10 @@ class HFLightningTrainer(
         return self._build_eval_dataloader(test_dataset, "test")
 
     def _build_eval_dataloader(self, dataset: Dataset, description: str) -> DataLoader:
-        """This process's share of an eval / test set, sequential, as the reference deals it."""
-        replicas, replica = self._data_parallel_layout()
-        return dataloaders.build_eval_dataloader(
-            dataset,
-            args=self.args,
-            data_collator=self.data_collator,
-            model=self.model,
-            processing_class=self.processing_class,
-            world_size=replicas,
-            process_index=replica,
-            description=description,
-            settings=self.plan.module,
-            columns=self._kept_columns(),
-        )
+        """This process's share of an eval / test set in `_get_eval_sampler`'s order, as the reference deals it."""
+        if dataset is None:
+            raise ValueError("Trainer: evaluation requires an eval_dataset.")
+        return self._get_dataloader(dataset, description, self.args.eval_batch_size, self._get_eval_sampler)
 
     def _get_dataloader(
         self,
@@ -457,11 +475,19 @@ class HFLightningTrainer(
         dataloader_key: str | None = None,
     ) -> DataLoader:
         """The reference's shared builder (subclasses such as TRL's GRPOTrainer call it with their own sampler):
-        column removal, `sampler_fn(dataset)` as the sampler, this process's share of the batches."""
+        column removal, `sampler_fn(dataset)` as the sampler (a torch `RandomSampler` made seedable, as accelerate
+        prepares it), this process's share of the batches."""
         replicas, replica = self._data_parallel_layout()
+        seedable = self.plan.module.use_seedable_sampler
+        data_seed = self.args.data_seed
+
+        def make_sampler(data: Dataset) -> Any:
+            sampler = sampler_fn(data) if sampler_fn is not None else None
+            return made_seedable(sampler, data_seed) if seedable else sampler
+
         return dataloaders.build_dataloader(
             dataset,
-            sampler_fn if sampler_fn is not None else (lambda _dataset: None),
+            make_sampler,
             args=self.args,
             data_collator=self.data_collator,
             model=self.model,
@@ -471,9 +497,16 @@ class HFLightningTrainer(
             world_size=replicas,
             process_index=replica,
             is_training=is_training,
-            settings=self.plan.module,
+            settings=self._loader_settings(),
             columns=self._kept_columns(),
         )
+
+    def _loader_settings(self) -> Any:
+        """The plan's module settings, with `even_batches` as `accelerator.even_batches` was last set (accelerate's
+        prepare reads the accelerator's value, which a subclass may change before building a loader)."""
+        settings = self.plan.module
+        chosen = self.accelerator.even_batches
+        return settings if chosen == settings.even_batches else dataclasses.replace(settings, even_batches=chosen)
 
     def _set_signature_columns_if_needed(self) -> None:
         """Set `_signature_columns` (the columns column removal keeps) from the model's forward, if not set."""
@@ -550,6 +583,31 @@ class HFLightningTrainer(
         return inputs
 
     # ---- training ---------------------------------------------------------------------------------------------
+    def end(self) -> None:
+        """Finish the run's loggers and destroy the default process group (call once, at the script's end)."""
+        for pl_logger in self._current_loggers():
+            pl_logger.finalize("success")
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+    def _read_changed_arguments(self) -> None:
+        """Fields changed since the plan was translated: translated again (the run reads them; a refused value
+        raises here, before training), but those the reference reads only in its constructor keep their value then,
+        with a warning naming each (args/changes.py)."""
+        before = self._planned_arguments
+        changed = changed_fields(before, self.args)
+        if not changed:
+            return
+        kept = [name for name in changed if name in CONSTRUCTION_FIELDS]
+        warn_kept(kept, before, self.args)
+        read = [name for name in changed if name not in CONSTRUCTION_FIELDS]
+        if not read:
+            return
+        logger.info(f"TrainingArguments changed since the trainer was built, translated again: {', '.join(read)}")
+        self.plan = translate(with_construction_values(self.args, before, kept))
+        current = arguments_snapshot(self.args)
+        before.update({name: current[name] for name in read})
+
     def train(
         self,
         resume_from_checkpoint: str | bool | None = None,
@@ -559,6 +617,9 @@ class HFLightningTrainer(
         """Train with Lightning's loop, reproducing the reference's steps, logs and metrics."""
         # lazy: Lightning loads when a run starts, not at `from hf_lightning import Trainer`
         from hf_lightning.engine.training_run import TrainingRun
+
+        if self._training_run is None:
+            self._read_changed_arguments()
 
         outer_run, self._training_run = self._training_run, TrainingRun(self, trial, ignore_keys_for_eval)
         try:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import hf_lightning.strategies.distributed as distributed
+from hf_lightning.args.changes import arguments_snapshot
 from hf_lightning.args.deepspeed_config import deepspeed_fill_at_construction, load_deepspeed_config
 from hf_lightning.core.devices import empty_device_cache
 from hf_lightning.core.enums import ExplicitEnum, ParallelMode, enum_value
@@ -174,8 +175,10 @@ class HyperparameterSearchMixin:
         self.create_accelerator_and_postprocess()
 
     def create_accelerator_and_postprocess(self) -> None:
-        """Rebuild the Lightning plan from `args` (the reference rebuilds its accelerator here, per trial)."""
+        """Rebuild the Lightning plan from `args` (the reference rebuilds its accelerator here, per trial): every
+        field, those it otherwise reads only in its constructor included, is read from here on."""
         self.plan = translate(self.args)
+        self._planned_arguments = arguments_snapshot(self.args)
 
     def _refresh_deepspeed_config(self) -> None:
         """Refill the DeepSpeed config's "auto" values from the trial's arguments, as the reference does."""

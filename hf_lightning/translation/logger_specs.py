@@ -7,7 +7,7 @@ Decisions: `report_to` maps onto Lightning's loggers, not onto transformers' int
 callbacks, so transformers stays optional. Specs are plain data made by the pure `translate`;
 `build_loggers` turns them into Lightning logger objects (importing Lightning and the backends
 lazily) when training starts. What each backend receives per log entry follows the reference's
-integration callback for it (`logger_adapters.py`).
+integration callback for it (`integrations/logger_backends/`).
 
 Where each backend writes, and which environment variables are read (all captured, non-secret,
 by `Environment.detect`):

@@ -2,7 +2,7 @@
 
 Supported: trl 1.16 (`pip install -e ".[trl]"` from a checkout); its SFT, DPO, Reward, GRPO, KTO, RLOO and
 Distillation trainers with their configs. Each class is TRL's own, rebuilt over our
-bases (hf_lightning/trl/rebuild.py): `SFTTrainer` here is a new class named `SFTTrainer` whose methods are
+bases (hf_lightning/adapted/rebuild.py, through `hf_lightning.on_lightning`): `SFTTrainer` here is a new class named `SFTTrainer` whose methods are
 TRL's function objects' code, with their `super()` cells pointing at the rebuilt classes and their module
 globals binding `Trainer` / `TrainingArguments` / `SFTConfig` / ... to ours, so TRL's `__init__`,
 `compute_loss`, `log`, `_save_checkpoint` run as written, and everything they delegate to `super()` runs on

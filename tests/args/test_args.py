@@ -243,8 +243,14 @@ def test_accelerator_config_forms(tmp_path) -> None:
     for cls, config_cls in ((TrainingArguments, AcceleratorConfig), (RefArgs, RefAcceleratorConfig)):
         with pytest.raises(NotImplementedError):
             cls(accelerator_config=config_cls)
-    with pytest.raises(ValueError, match="use_configured_state"):
-        TrainingArguments(accelerator_config={"use_configured_state": True})
+    # use_configured_state=True: the reference takes the process state configured before (one exists once any
+    # TrainingArguments was built) and pops the key; ours accepts it too (sentence-transformers builds one in every
+    # trainer constructor), with the same serialisation.
+    RefArgs(output_dir="unused")
+    reference = RefArgs(output_dir="unused", accelerator_config={"use_configured_state": True})
+    ours = TrainingArguments(output_dir="unused", accelerator_config={"use_configured_state": True})
+    assert ours.to_dict()["accelerator_config"] == reference.to_dict()["accelerator_config"]
+    assert "use_configured_state" not in ours.to_dict()["accelerator_config"]
 
 
 def test_use_cpu_disables_pin_memory() -> None:

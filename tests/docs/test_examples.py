@@ -79,3 +79,27 @@ def test_sft_trl_example_trains_offline(tmp_path):
     logged = [ast.literal_eval(line) for line in completed.stdout.splitlines() if line.startswith("{'loss'")]
     assert len(logged) == 3 and float(logged[-1]["loss"]) < float(logged[0]["loss"])
     assert (tmp_path / "model.safetensors").exists() and (tmp_path / "tokenizer.json").exists()
+
+
+def test_sentence_transformers_example_trains_on_lightning_offline(tmp_path):
+    """examples/sentence_transformers_on_lightning.py: the real all-MiniLM-L6-v2, offline, within a minute."""
+    import time
+
+    started = time.monotonic()
+    completed = subprocess.run(
+        [sys.executable, "examples/sentence_transformers_on_lightning.py", "--output_dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
+    )
+    elapsed = time.monotonic() - started
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "TrainOutput(global_step=8" in completed.stdout
+    assert "trained by lightning.pytorch.trainer.trainer.Trainer" in completed.stdout
+    before = ast.literal_eval(completed.stdout.split("before training: ", 1)[1].splitlines()[0])
+    after = ast.literal_eval(completed.stdout.split("after training: ", 1)[1].splitlines()[0])
+    assert after != before  # the model was trained
+    assert elapsed < 60, f"the example took {elapsed:.0f} s"
+
+    from sentence_transformers import SentenceTransformer
+
+    assert SentenceTransformer(str(tmp_path), device="cpu").encode(["a test"]).shape == (1, 384)

@@ -201,7 +201,7 @@ def test_preparing_what_lightning_prepares_raises_naming_what_to_use(tmp_path):
     with pytest.raises(ValueError, match="create_scheduler"):
         accelerator.prepare(torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0))
     with pytest.raises(AttributeError, match="accelerator_config"):
-        accelerator.dataloader_config.even_batches = False
+        accelerator.dataloader_config.split_batches = True
     accelerator.dataloader_config.dispatch_batches = False  # what TRL sets for iterable data: already so
     with pytest.raises(TypeError, match="gather_object"):
         accelerator.reduce(["not a tensor"])
@@ -377,3 +377,33 @@ def test_dealing_data_by_rank_is_refused_in_a_tensor_parallel_run(tmp_path, monk
     with pytest.raises(NotImplementedError, match=r"split_between_processes with parallelism_config.tp_size=2"):
         with accelerator.split_between_processes(list(range(4))):
             pass
+
+
+def test_even_batches_is_settable_as_accelerate_s_and_the_next_loaders_read_it(tmp_path, monkeypatch):
+    """sentence-transformers sets `accelerator.even_batches` before preparing its loaders: the value reads back
+    (accelerate's setter) and the loaders prepared from then on, the trainer's own included, deal by it."""
+    import accelerate
+
+    from hf_lightning.engine.accelerator import dataloader as prepared_module
+
+    reference = accelerate.Accelerator(cpu=True)
+    reference.even_batches = False
+    trainer = _trainer(tmp_path)
+    accelerator = trainer.accelerator
+    assert accelerator.even_batches is True
+    accelerator.even_batches = False
+    assert accelerator.even_batches is reference.even_batches is False
+    assert accelerator.dataloader_config.even_batches is False
+    assert trainer._loader_settings().even_batches is False and trainer.plan.module.even_batches is True
+    # Two processes: the prepared loader deals its batches with the value set.
+    dealt = []
+    monkeypatch.setattr(prepared_module, "num_processes", lambda trainer: 2)
+    monkeypatch.setattr(prepared_module, "process_index", lambda trainer: 1)
+    monkeypatch.setattr(
+        prepared_module, "shard_batches", lambda batch_sampler, **options: dealt.append(options) or batch_sampler
+    )
+    accelerator.prepare(torch.utils.data.DataLoader(list(range(5)), batch_size=2))
+    assert dealt[-1]["even_batches"] is False
+    accelerator.even_batches = True
+    accelerator.prepare(torch.utils.data.DataLoader(list(range(5)), batch_size=2))
+    assert dealt[-1]["even_batches"] is True

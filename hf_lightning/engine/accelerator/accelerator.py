@@ -163,8 +163,14 @@ class LightningAccelerator:
 
     @property
     def even_batches(self) -> bool:
-        """accelerator_config's `even_batches`."""
+        """accelerator_config's `even_batches`, or the value last set here."""
         return self.dataloader_config.even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        # As accelerate's setter: the dataloaders prepared from now on (the trainer's own included) deal their last
+        # round by this value; sentence-transformers sets it before preparing its train and eval loaders.
+        self.dataloader_config.even_batches = value
 
     @property
     def use_seedable_sampler(self) -> bool:

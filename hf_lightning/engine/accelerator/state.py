@@ -184,7 +184,7 @@ _ACCUMULATION_DEFAULTS = {"adjust_scheduler": True, "sync_with_dataloader": True
 
 class DataLoaderConfigView:
     """accelerate's `DataLoaderConfiguration`: how batches are dealt to processes (the arguments'
-    accelerator_config, read-only: the trainer's dataloaders are built from the arguments)."""
+    accelerator_config; read-only but for `even_batches`, which accelerate's accelerator also sets)."""
 
     def __init__(self, trainer: TrainerLike):
         self._trainer = trainer
@@ -201,8 +201,10 @@ class DataLoaderConfigView:
 
     @property
     def even_batches(self) -> bool:
-        """Whether the last round is completed from the first samples so every process gets as many batches."""
-        return self._trainer.plan.module.even_batches
+        """Whether the last round is completed from the first samples so every process gets as many batches: the
+        value last set (`accelerator.even_batches = ...`), else accelerator_config's."""
+        chosen = self.__dict__.get("_even_batches")
+        return self._trainer.plan.module.even_batches if chosen is None else chosen
 
     @property
     def use_seedable_sampler(self) -> bool:
@@ -223,6 +225,9 @@ class DataLoaderConfigView:
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "dispatch_batches" and not value:
             return  # each process loads its own batches already: nothing is dispatched
+        if name == "even_batches":
+            object.__setattr__(self, "_even_batches", bool(value))  # accelerate's only writable dealing option
+            return
         if name != "_trainer":
             raise AttributeError(
                 f"accelerator.dataloader_config.{name} is read-only under hf_lightning: the trainer builds its "

@@ -79,10 +79,6 @@ def _accelerator_config(field: str, value: Any, ctx: Context) -> Decision:
     unknown = sorted(set(config) - set(_ACCELERATOR_CONFIG_KEYS))
     if unknown:
         return refused(f"unknown keys {unknown}; accepted keys: {', '.join(_ACCELERATOR_CONFIG_KEYS)}")
-    if config.get("use_configured_state"):
-        return refused(
-            "use_configured_state=True reuses an accelerate state, which Lightning does not use; remove it"
-        )
     accumulation = dict(config.get("gradient_accumulation_kwargs") or {})
     settings: dict[str, Any] = {
         "split_batches": bool(config.get("split_batches", False)),
@@ -177,7 +173,8 @@ ENTRIES: list[FieldEntry] = [
         "accelerator_config",
         None,
         _accelerator_config,
-        "data sharding options, implemented by hf_lightning's samplers; `use_configured_state` refused",
+        "data sharding options, implemented by hf_lightning's samplers; `use_configured_state` accepted (the "
+        "launcher's process layout is the configured one)",
     ),
     FieldEntry(
         "parallelism_config",
