@@ -11,13 +11,16 @@ type the reference's error has), before any training starts; the reference meets
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from torch import nn
 
 from hf_lightning.args.validation import Problem, invalid_arguments, value_problems
+from hf_lightning.core.enums import enum_value
 from hf_lightning.data.model_inputs import unwrap_peft_model
 from hf_lightning.data.sized import has_length
+from hf_lightning.evaluation.metric_objects import check_metric_object_arguments
 from hf_lightning.optim.schedulers import scheduler_kwarg_names
 
 __all__ = [
@@ -103,3 +106,51 @@ def empty_epoch_error(dataset: Any, epoch: int, global_step: int, max_steps: int
         f"max_steps={max_steps} updates). Pass an iterable dataset with samples whose __iter__ starts over on "
         "each call, or a smaller `max_steps`."
     )
+
+
+def check_constructor_arguments(trainer: Any) -> None:
+    """The reference's constructor errors (API-1.1.4), same exception types, raised as its constructor raises them
+    (before the field-by-field checks of `check_trainer_inputs`)."""
+    args = trainer.args
+    if trainer.model_init is not None and (trainer.optimizer is not None or trainer.lr_scheduler is not None):
+        raise RuntimeError(
+            "Passing a `model_init` is incompatible with providing the `optimizers` argument. "
+            "You should subclass `Trainer` and override the `create_optimizer_and_scheduler` method."
+        )
+    if trainer.optimizer_cls_and_kwargs is not None and trainer.optimizer is not None:
+        raise RuntimeError(
+            "Passing both `optimizers` and `optimizer_cls_and_kwargs` arguments is incompatible."
+        )
+    if enum_value(args.eval_strategy) != "no" and trainer.eval_dataset is None:
+        raise ValueError(
+            f"You have set `args.eval_strategy` to {enum_value(args.eval_strategy)} but you didn't pass an "
+            "`eval_dataset` to `Trainer`. Either set `args.eval_strategy` to `no` or pass an `eval_dataset`."
+        )
+    if (
+        enum_value(args.save_strategy) == "best" or args.load_best_model_at_end
+    ) and args.metric_for_best_model is None:
+        raise ValueError(
+            "`args.metric_for_best_model` must be provided when using 'best' save_strategy or if "
+            "`args.load_best_model_at_end` is set to `True`."
+        )
+    check_metric_object_arguments(trainer.compute_metrics, args, trainer.get_tp_size())
+    if args.batch_eval_metrics and trainer.compute_metrics is not None:
+        if "compute_result" not in inspect.signature(trainer.compute_metrics).parameters:
+            raise ValueError(
+                "When using `batch_eval_metrics`, your `compute_metrics` function must take a `compute_result`"
+                " boolean argument which will be triggered after the last batch of the eval set to signal "
+                "that the summary statistics should be returned by the function."
+            )
+    if trainer.train_dataset is not None and not has_length(trainer.train_dataset) and args.max_steps <= 0:
+        raise ValueError(
+            "The train_dataset does not implement __len__, max_steps has to be specified. "
+            "The number of steps needs to be known in advance for the learning rate scheduler."
+        )
+    if (
+        trainer.data_collator is not None
+        and not callable(trainer.data_collator)
+        and callable(getattr(trainer.data_collator, "collate_batch", None))
+    ):
+        raise TypeError(
+            "The `data_collator` should be a simple callable (function, class with `__call__`)."
+        )

@@ -7,7 +7,6 @@ here (`get_batch_samples`, `training_step`, `compute_loss`, `create_optimizer`, 
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 import warnings
@@ -16,9 +15,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
-import hf_lightning.data.dataloaders as dataloaders
 import hf_lightning.data.model_inputs as data_layer
 from hf_lightning.args.accelerator_config import write_planned_accumulation
 from hf_lightning.args.changes import (
@@ -44,14 +42,12 @@ from hf_lightning.checkpoint.checkpointer import Checkpointer
 from hf_lightning.checkpoint.model_card import ModelCardMixin
 from hf_lightning.checkpoint.output_folder import make_output_dir
 from hf_lightning.checkpoint.saving import CheckpointMixin
-from hf_lightning.core.enums import enum_value
 from hf_lightning.core.outputs import TrainOutput
 from hf_lightning.core.seeding import seed_from_args
 from hf_lightning.data.collate import pick_default_collator
-from hf_lightning.data.samplers import made_seedable
-from hf_lightning.data.sized import has_length
 from hf_lightning.engine.accelerator import LightningAccelerator
-from hf_lightning.engine.input_checks import check_trainer_inputs
+from hf_lightning.engine.data_methods import DataMethodsMixin
+from hf_lightning.engine.input_checks import check_constructor_arguments, check_trainer_inputs
 from hf_lightning.engine.jit_checkpoint import JITCheckpointCallback
 from hf_lightning.engine.library_logging import set_library_log_level
 from hf_lightning.engine.loss import (
@@ -61,14 +57,11 @@ from hf_lightning.engine.loss import (
 from hf_lightning.engine.memory import TrainerMemoryTracker
 from hf_lightning.engine.optimizer_methods import OptimizerMixin
 from hf_lightning.engine.overridable import refuse_uncalled_overrides
-from hf_lightning.engine.overrides import is_base_method
 from hf_lightning.engine.step_methods import TrainingStepMixin
 from hf_lightning.evaluation.methods import EvaluationMixin
-from hf_lightning.evaluation.metric_objects import check_metric_object_arguments
 from hf_lightning.integrations.hp_search import HyperparameterSearchMixin
 from hf_lightning.integrations.hub import HubMixin, hub_progress_bars_suppressed
 from hf_lightning.integrations.loggers import build_loggers
-from hf_lightning.strategies.evaluation import deepspeed_input_dtype
 from hf_lightning.strategies.launch import maybe_launch_over_devices
 from hf_lightning.strategies.tensor_parallel import plans as tensor_parallel_plans
 from hf_lightning.translation.plan import Plan
@@ -79,6 +72,7 @@ logger = logging.getLogger(__name__)
 
 class HFLightningTrainer(
     TrainingStepMixin,
+    DataMethodsMixin,
     OptimizerMixin,
     EvaluationMixin,
     CheckpointMixin,
@@ -188,7 +182,7 @@ class HFLightningTrainer(
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.optimizer, self.lr_scheduler = optimizers
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
-        self._validate_constructor()
+        check_constructor_arguments(self)
         # Bad values of the arguments, the model or the data: one error naming each, before anything runs.
         check_trainer_inputs(
             args,
@@ -320,52 +314,6 @@ class HFLightningTrainer(
             return None
         return LabelSmoother(epsilon=self.plan.module.label_smoothing_factor)
 
-    def _validate_constructor(self) -> None:
-        """The reference's constructor errors (API-1.1.4), same exception types."""
-        args = self.args
-        if self.model_init is not None and (self.optimizer is not None or self.lr_scheduler is not None):
-            raise RuntimeError(
-                "Passing a `model_init` is incompatible with providing the `optimizers` argument. "
-                "You should subclass `Trainer` and override the `create_optimizer_and_scheduler` method."
-            )
-        if self.optimizer_cls_and_kwargs is not None and self.optimizer is not None:
-            raise RuntimeError(
-                "Passing both `optimizers` and `optimizer_cls_and_kwargs` arguments is incompatible."
-            )
-        if enum_value(args.eval_strategy) != "no" and self.eval_dataset is None:
-            raise ValueError(
-                f"You have set `args.eval_strategy` to {enum_value(args.eval_strategy)} but you didn't pass an "
-                "`eval_dataset` to `Trainer`. Either set `args.eval_strategy` to `no` or pass an `eval_dataset`."
-            )
-        if (
-            enum_value(args.save_strategy) == "best" or args.load_best_model_at_end
-        ) and args.metric_for_best_model is None:
-            raise ValueError(
-                "`args.metric_for_best_model` must be provided when using 'best' save_strategy or if "
-                "`args.load_best_model_at_end` is set to `True`."
-            )
-        check_metric_object_arguments(self.compute_metrics, args, self.get_tp_size())
-        if args.batch_eval_metrics and self.compute_metrics is not None:
-            if "compute_result" not in inspect.signature(self.compute_metrics).parameters:
-                raise ValueError(
-                    "When using `batch_eval_metrics`, your `compute_metrics` function must take a `compute_result`"
-                    " boolean argument which will be triggered after the last batch of the eval set to signal "
-                    "that the summary statistics should be returned by the function."
-                )
-        if self.train_dataset is not None and not has_length(self.train_dataset) and args.max_steps <= 0:
-            raise ValueError(
-                "The train_dataset does not implement __len__, max_steps has to be specified. "
-                "The number of steps needs to be known in advance for the learning rate scheduler."
-            )
-        if (
-            self.data_collator is not None
-            and not callable(self.data_collator)
-            and callable(getattr(self.data_collator, "collate_batch", None))
-        ):
-            raise TypeError(
-                "The `data_collator` should be a simple callable (function, class with `__call__`)."
-            )
-
     def _stateful_callbacks(self) -> list:
         return [cb for cb in self.callback_handler.callbacks + [self.control] if is_exportable_state(cb)]
 
@@ -407,119 +355,6 @@ class HFLightningTrainer(
             raise RuntimeError("model_init should not return None.")
         return model
 
-    # ---- data -------------------------------------------------------------------------------------
-    def get_train_dataloader(self) -> DataLoader:
-        """The train DataLoader with the reference's sampler (`_get_train_sampler`), collation and column removal."""
-        if self.train_dataset is None:
-            raise ValueError("Trainer: training requires a train_dataset.")
-        return self._get_dataloader(
-            self.train_dataset, "Training", self._train_batch_size, self._get_train_sampler, is_training=True
-        )
-
-    def _get_train_sampler(self, train_dataset: Dataset | None = None) -> Any:
-        """The train sampler for `train_sampling_strategy` (None for unsized data), as the reference's; the
-        dataloader builders call it, so a subclass's override chooses the order."""
-        if train_dataset is None:
-            train_dataset = self.train_dataset
-        replicas, replica = self._data_parallel_layout()
-        return data_layer.get_train_sampler(
-            train_dataset,
-            args=self.args,
-            processing_class=self.processing_class,
-            world_size=replicas,
-            process_index=replica,
-            settings=self.plan.module,
-        )
-
-    def _get_eval_sampler(self, eval_dataset: Dataset) -> Any:
-        """The evaluation sampler: sequential in one process (none, then dealt, in several), as the reference's."""
-        replicas, _ = self._data_parallel_layout()
-        return data_layer.get_eval_sampler(
-            eval_dataset, args=self.args, processing_class=self.processing_class, world_size=replicas
-        )
-
-    def get_eval_dataloader(self, eval_dataset: str | Dataset | None = None) -> DataLoader:
-        """The eval DataLoader; a string selects one of a dict of eval datasets."""
-        if eval_dataset is None and self.eval_dataset is None:
-            raise ValueError("Trainer: evaluation requires an eval_dataset.")
-        dataloader_key = eval_dataset if isinstance(eval_dataset, str) else "eval"
-        cache = self._eval_dataloaders
-        if dataloader_key in cache and self.args.dataloader_persistent_workers:
-            return cache[dataloader_key]
-        if isinstance(eval_dataset, str):
-            eval_dataset = self.eval_dataset[eval_dataset]
-        elif eval_dataset is None:
-            eval_dataset = self.eval_dataset
-        dataloader = self._build_eval_dataloader(eval_dataset, "Evaluation")
-        if self.args.dataloader_persistent_workers:
-            self._eval_dataloaders = {**cache, dataloader_key: dataloader}
-        return dataloader
-
-    def get_test_dataloader(self, test_dataset: Dataset) -> DataLoader:
-        """The test DataLoader (never cached)."""
-        return self._build_eval_dataloader(test_dataset, "test")
-
-    def _build_eval_dataloader(self, dataset: Dataset, description: str) -> DataLoader:
-        """This process's share of an eval / test set in `_get_eval_sampler`'s order, as the reference deals it."""
-        if dataset is None:
-            raise ValueError("Trainer: evaluation requires an eval_dataset.")
-        return self._get_dataloader(dataset, description, self.args.eval_batch_size, self._get_eval_sampler)
-
-    def _get_dataloader(
-        self,
-        dataset: Dataset,
-        description: str,
-        batch_size: int,
-        sampler_fn: Callable[[Dataset], Any] | None = None,
-        is_training: bool = False,
-        dataloader_key: str | None = None,
-    ) -> DataLoader:
-        """The reference's shared builder (subclasses such as TRL's GRPOTrainer call it with their own sampler):
-        column removal, `sampler_fn(dataset)` as the sampler (a torch `RandomSampler` made seedable, as accelerate
-        prepares it), this process's share of the batches."""
-        replicas, replica = self._data_parallel_layout()
-        seedable = self.plan.module.use_seedable_sampler
-        data_seed = self.args.data_seed
-
-        def make_sampler(data: Dataset) -> Any:
-            sampler = sampler_fn(data) if sampler_fn is not None else None
-            return made_seedable(sampler, data_seed) if seedable else sampler
-
-        return dataloaders.build_dataloader(
-            dataset,
-            make_sampler,
-            args=self.args,
-            data_collator=self.data_collator,
-            model=self.model,
-            processing_class=self.processing_class,
-            batch_size=batch_size,
-            description=description,
-            world_size=replicas,
-            process_index=replica,
-            is_training=is_training,
-            settings=self._loader_settings(),
-            columns=self._kept_columns(),
-        )
-
-    def _loader_settings(self) -> Any:
-        """The plan's module settings, with `even_batches` as `accelerator.even_batches` was last set (accelerate's
-        prepare reads the accelerator's value, which a subclass may change before building a loader)."""
-        settings = self.plan.module
-        chosen = self.accelerator.even_batches
-        return settings if chosen == settings.even_batches else dataclasses.replace(settings, even_batches=chosen)
-
-    def _set_signature_columns_if_needed(self) -> None:
-        """Set `_signature_columns` (the columns column removal keeps) from the model's forward, if not set."""
-        if self._signature_columns is None:
-            self._signature_columns = data_layer.signature_columns(self.model, self.label_names)
-
-    def _kept_columns(self) -> list[str] | None:
-        """The columns column removal keeps: `_signature_columns`, set (overridably) on first use."""
-        if not self.args.remove_unused_columns:
-            return None
-        self._set_signature_columns_if_needed()
-        return self._signature_columns
-
     def _current_loggers(self) -> list[Any]:
         """The Lightning loggers a log goes to: the last fit's or, before any `train()`, the plan's, built at the
         first use (the reference's integrations also start at their first event) and handed to `train()`.
@@ -544,43 +379,6 @@ class HFLightningTrainer(
                 # As train begin does; the reference's W&B / MLflow setup at their first event logs them too.
                 pl_logger.log_hyperparams(self.args.to_sanitized_dict())
         return self._loggers_before_training
-
-    def num_examples(self, dataloader: DataLoader) -> int:
-        """Samples in a dataloader's dataset, estimated from its length when the dataset has none."""
-        return dataloaders.num_examples(dataloader, self.args.per_device_train_batch_size)
-
-    def _prepare_input(self, data: Any) -> Any:
-        if isinstance(data, Mapping):
-            return type(data)({k: self._prepare_input(v) for k, v in data.items()})
-        if isinstance(data, (tuple, list)):
-            return type(data)(self._prepare_input(v) for v in data)
-        if isinstance(data, torch.Tensor):
-            if self.is_deepspeed_enabled and (torch.is_floating_point(data) or torch.is_complex(data)):
-                # As the reference: float inputs (audio, pixels) take the engine's dtype; token ids stay integers.
-                return data.to(device=self.args.device, dtype=deepspeed_input_dtype(self.args))
-            return data.to(device=self.args.device)
-        return data
-
-    def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        if (
-            type(inputs) is dict
-            and not self.is_deepspeed_enabled
-            and is_base_method(self._prepare_input, HFLightningTrainer._prepare_input)
-        ):
-            # `_prepare_input`'s result, its recursion unrolled for a plain dict (every micro-batch comes here).
-            device = self.args.device
-            inputs = {
-                k: v.to(device=device) if type(v) is torch.Tensor else self._prepare_input(v)
-                for k, v in inputs.items()
-            }
-        else:
-            inputs = self._prepare_input(inputs)
-        if len(inputs) == 0:
-            raise ValueError(
-                "The batch received was empty, your model won't be able to train on it. Double-check that your "
-                f"training dataset contains keys expected by the model: {','.join(self._signature_columns or [])}."
-            )
-        return inputs
 
     # ---- training ---------------------------------------------------------------------------------------------
     def end(self) -> None:
