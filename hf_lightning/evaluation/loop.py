@@ -32,6 +32,7 @@ from hf_lightning.evaluation.helpers import (
     is_metric_driven_scheduler,
     iterate_with_last_flag,
     last_batch_remainder,
+    loss_rows,
     nested_detach,
     spans_several_devices,
     speed_metrics,
@@ -238,7 +239,8 @@ class EvaluationMixin:
 
                     if losses is not None:
                         # One entry per sample so that the mean is sample-weighted (EVAL-2.9).
-                        losses = self._gather_for_metrics(losses.repeat(batch_size), is_loss=True)
+                        rows = loss_rows(dataloader, batch_size, observed_batch_size)
+                        losses = self._gather_for_metrics(losses.repeat(rows), is_loss=True)
                         all_losses.add(losses)
                     if inputs_decode is not None:
                         inputs_decode = self._pad_across_processes(inputs_decode, dim=1, pad_index=-100)
