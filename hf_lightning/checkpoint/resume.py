@@ -51,6 +51,7 @@ from hf_lightning.core.checkpoint_files import (
 )
 from hf_lightning.core.enums import enum_value
 from hf_lightning.core.protocols import RunLike, TrainerLike
+from hf_lightning.core.reference_logging import reference_logger, warning_once
 from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, read_position_record
 from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
@@ -346,11 +347,7 @@ def restore_trainer_state(trainer: TrainerLike, files: ResumeFiles | None, value
         point.steps_trained_in_current_epoch = (
             trainer.state.global_step % upe
         ) * trainer.plan.module.gradient_accumulation_steps
-    logger.info(
-        f"  Resuming training from checkpoint with epoch {point.epochs_trained} and global step "
-        f"{trainer.state.global_step}"
-    )
-    return point
+    return point  # the banner says where the run continues (hf_lightning/engine/training_banner.py)
 
 
 def _warn_on_argument_mismatch(args: Any, state: TrainerState) -> None:
@@ -370,9 +367,10 @@ def _warn_on_argument_mismatch(args: Any, state: TrainerState) -> None:
                 "(from trainer_state.json)"
             )
     if mismatches:
-        logger.warning(
+        warning_once(
+            reference_logger("transformers.trainer_utils", __name__),
             "Warning: The following arguments do not match the ones in the `trainer_state.json` within the "
-            "checkpoint directory: " + "".join(mismatches)
+            "checkpoint directory: " + "".join(mismatches),
         )
 
 
@@ -493,7 +491,6 @@ def enter_epoch(facade: TrainerLike, point: ResumePoint | None, run: RunLike, ep
         )
         point.replay = skip
     point.rng_pending = True
-    logger.info(f"  Fast-forwarding the dataloader past {point.epochs_trained} epochs and {skip} batches.")
     return skip - 1
 
 

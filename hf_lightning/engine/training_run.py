@@ -30,6 +30,7 @@ from hf_lightning.engine.logging_connector import LoggingConnector
 from hf_lightning.engine.module import HFLightningModule
 from hf_lightning.engine.signals import SignalScope, keyboard_interrupt_of
 from hf_lightning.engine.special_tokens import align_special_tokens
+from hf_lightning.engine.training_banner import log_training_banner
 from hf_lightning.evaluation.connector import EvaluationConnector
 from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.logger_adapters import send_run_texts
@@ -152,10 +153,7 @@ class TrainingRun:
             trainer.lr_scheduler = None
             trainer._created_lr_scheduler = False
 
-        logger.info("***** Running training *****")
-        logger.info(f"  Num examples = {values.num_examples:,}")
-        logger.info(f"  Num Epochs = {values.num_train_epochs:,}")
-        logger.info(f"  Total optimization steps = {values.max_steps:,}")
+        log_training_banner(trainer, values, self.resume.point)
 
         _compile_model(trainer)
         module = HFLightningModule(trainer, self)
