@@ -30,6 +30,7 @@ from hf_lightning.checkpoint.files import (
     clean_scratch_folders,
     newest_valid_checkpoint,
     read_model_state_dict,
+    resume_problem,
     rng_state_problem,
     trainer_state_problem,
     weights_problem,
@@ -157,7 +158,7 @@ def prepare_resume(
     if resume_from_checkpoint is not True:  # True chose a checkpoint that passed checkpoint_problem just now
         problem = _explicit_checkpoint_problem(
             checkpoint, weights_required=not (fsdp or deepspeed), read_next=names
-        )
+        ) or resume_problem(checkpoint)
         if problem is not None:
             raise ValueError(_refusal(checkpoint, problem))
     # Every torch file is read (and a bad one refused) before the model is touched.
@@ -186,7 +187,7 @@ def _newest_complete_checkpoint(args: Any) -> str:
     if os.path.isdir(run_dir) and args.should_save:
         clean_scratch_folders(run_dir, token="")
     barrier()
-    checkpoint, skipped = newest_valid_checkpoint(run_dir) if os.path.isdir(run_dir) else (None, [])
+    checkpoint, skipped = newest_valid_checkpoint(run_dir, resume=True) if os.path.isdir(run_dir) else (None, [])
     for path, problem in skipped:
         logger.warning(f"Skipping checkpoint {path} for resume_from_checkpoint=True: {problem}.")
     if checkpoint is None:
