@@ -14,6 +14,7 @@ wrong type, ``KeyError`` for an unknown log level), as the translation's refusal
 from __future__ import annotations
 
 import importlib.util
+import json
 import numbers
 import os
 import types
@@ -601,6 +602,28 @@ def check_combinations(values: Mapping[str, Any]) -> list[Problem]:
     return problems
 
 
+def check_json_texts(values: Mapping[str, Any]) -> list[Problem]:
+    """`lr_scheduler_kwargs` given as text must be a JSON object (the command line's form of the dict): other text
+    reaches the schedule function as `**"text"` in the reference's `train()`, a `TypeError` naming no field."""
+    text = values.get("lr_scheduler_kwargs")
+    if not isinstance(text, str):
+        return []
+    example = '\'{"num_cycles": 2}\''
+    if not text.startswith("{"):
+        return [
+            Problem(
+                "lr_scheduler_kwargs",
+                f"{text!r} is text but not a JSON object: give a dict, or the JSON text of one such as {example}.",
+                TypeError,
+            )
+        ]
+    try:
+        json.loads(text)
+    except ValueError as error:
+        return [Problem("lr_scheduler_kwargs", f"{text!r} is not valid JSON ({error}); give a dict, or {example}.")]
+    return []
+
+
 def value_problems(args: Any, *, with_loader_options: bool = False) -> list[Problem]:
     """The problems of every family (types first; the others read only the well-typed values).
 
@@ -608,6 +631,7 @@ def value_problems(args: Any, *, with_loader_options: bool = False) -> list[Prob
     """
     problems, values = check_field_types(args)
     problems += check_ranges(values) + check_choices(args, values) + check_combinations(values)
+    problems += check_json_texts(values)
     return problems + (check_loader_combinations(values) if with_loader_options else [])
 
 

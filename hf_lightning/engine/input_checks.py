@@ -4,9 +4,9 @@ The arguments are checked again (a field assigned after construction), with the 
 `dataloader_num_workers` > 0 (the reference builds such arguments, its DataLoader refuses them), then what
 only the trainer can see:
 NEFTune on a model without input embeddings, an empty map-style train dataset, `lr_scheduler_kwargs` the
-schedule does not take. Every problem goes into one `InvalidArgumentsError` (a `ValueError`, and also the
-type the reference's error has), before any training starts; the reference meets each of them inside
-`train()` as an error from torch or its loop.
+schedule does not take or lacks, `eval_on_start` without eval data. Every problem goes into one
+`InvalidArgumentsError` (a `ValueError`, and also the type the reference's error has), before any training
+starts; the reference meets each of them inside `train()` as an error from torch or its loop.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from torch import nn
 from hf_lightning.args.validation import Problem, invalid_arguments, value_problems
 from hf_lightning.data.model_inputs import unwrap_peft_model
 from hf_lightning.data.sized import has_length
-from hf_lightning.optim.schedulers import scheduler_kwarg_names
+from hf_lightning.optim.schedulers import missing_scheduler_kwargs, scheduler_kwarg_names
 
 __all__ = [
+    "check_eval_on_start",
     "check_neftune_embeddings",
     "check_scheduler_kwargs",
     "check_train_dataset",
@@ -62,36 +63,67 @@ def check_train_dataset(dataset: Any) -> list[Problem]:
 
 
 def check_scheduler_kwargs(args: Any, own_scheduler: bool) -> list[Problem]:
-    """`lr_scheduler_kwargs` keys must be arguments of the `lr_scheduler_type` schedule (unless one is passed)."""
+    """`lr_scheduler_kwargs` keys must be arguments of the `lr_scheduler_type` schedule, and hold the ones it needs
+    (`warmup_stable_decay`'s `num_decay_steps`, `cosine_with_min_lr`'s `min_lr` or `min_lr_rate`), unless the
+    trainer was given its own scheduler."""
     kwargs = args.lr_scheduler_kwargs
-    if own_scheduler or not kwargs or not isinstance(kwargs, dict):
-        return []
-
-    accepted = scheduler_kwarg_names(args.lr_scheduler_type)
-    if accepted is None:
-        return []
-    unknown = [key for key in kwargs if key not in accepted]
-    if not unknown:
-        return []
+    if own_scheduler or not isinstance(kwargs, (dict, type(None))):
+        return []  # a str that is no JSON object is refused with the arguments' values (args/validation.py)
+    kwargs = kwargs or {}
     schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    problems = []
+    accepted = scheduler_kwarg_names(args.lr_scheduler_type)
+    unknown = [key for key in kwargs if accepted is not None and key not in accepted]
+    if unknown:
+        problems.append(
+            Problem(
+                "lr_scheduler_kwargs",
+                f"{unknown} not taken by the {schedule!r} schedule, which takes {accepted}. Remove them, or pick "
+                "the `lr_scheduler_type` they belong to.",
+                TypeError,  # the schedule function's "unexpected keyword argument" in the reference's train()
+            )
+        )
+    missing = missing_scheduler_kwargs(args.lr_scheduler_type, kwargs)
+    if missing:
+        example = ", ".join(f"{key.split(' or ')[0]!r}: ..." for key in missing)
+        problems.append(
+            Problem(
+                "lr_scheduler_kwargs",
+                f"the {schedule!r} schedule needs {' and '.join(repr(key) for key in missing)}, which "
+                f"lr_scheduler_kwargs={args.lr_scheduler_kwargs!r} lacks: pass lr_scheduler_kwargs={{{example}}}.",
+                TypeError,  # the schedule function's "missing 1 required positional argument" in train()
+            )
+        )
+    return problems
+
+
+def check_eval_on_start(args: Any, eval_dataset: Any) -> list[Problem]:
+    """`eval_on_start` evaluates before the first update: it needs the eval data (as `eval_strategy` does)."""
+    if not args.eval_on_start or eval_dataset is not None:
+        return []
     return [
         Problem(
-            "lr_scheduler_kwargs",
-            f"{unknown} not taken by the {schedule!r} schedule, which takes {accepted}. Remove them, or pick "
-            "the `lr_scheduler_type` they belong to.",
-            TypeError,  # the schedule function's "unexpected keyword argument" in the reference's train()
+            "eval_on_start",
+            "True evaluates before the first update, but the Trainer has no eval_dataset: pass eval_dataset, "
+            "or leave eval_on_start False.",
         )
     ]
 
 
 def check_trainer_inputs(
-    args: Any, model: nn.Module | None, train_dataset: Any, own_scheduler: bool, neftune_noise_alpha: Any
+    args: Any,
+    model: nn.Module | None,
+    train_dataset: Any,
+    own_scheduler: bool,
+    neftune_noise_alpha: Any,
+    eval_dataset: Any = None,
 ) -> None:
-    """Every problem of the arguments, the model and the train dataset in one `InvalidArgumentsError`."""
+    """Every problem of the arguments, the model and the datasets in one `InvalidArgumentsError`."""
     problems = value_problems(args, with_loader_options=True)
     problems += check_neftune_embeddings(model, neftune_noise_alpha)
     problems += check_train_dataset(train_dataset)
     problems += check_scheduler_kwargs(args, own_scheduler)
+    problems += check_eval_on_start(args, eval_dataset)
     if problems:
         raise invalid_arguments("Trainer", problems)
 

@@ -161,6 +161,7 @@ class HFLightningTrainer(
             train_dataset,
             own_scheduler=self.lr_scheduler is not None,
             neftune_noise_alpha=args.neftune_noise_alpha,
+            eval_dataset=eval_dataset,
         )
 
         # Refusals of unsupported fields surface here, before any training starts.

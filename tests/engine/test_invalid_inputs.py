@@ -58,6 +58,14 @@ TRAINER_CASES = [
     ("neftune without input embeddings", {"neftune_noise_alpha": 5.0}, {}, "neftune_noise_alpha"),
     ("empty map-style train dataset", {}, {"train_dataset": EmptyMap()}, "train_dataset"),
     ("lr_scheduler_kwargs the schedule does not take", {"lr_scheduler_kwargs": {"foo": 1}}, {}, "lr_scheduler_kwargs"),
+    (
+        "warmup_stable_decay without num_decay_steps",
+        {"lr_scheduler_type": "warmup_stable_decay", "lr_scheduler_kwargs": {"num_stable_steps": 2}},
+        {},
+        "lr_scheduler_kwargs",
+    ),
+    ("cosine_with_min_lr without min_lr", {"lr_scheduler_type": "cosine_with_min_lr"}, {}, "lr_scheduler_kwargs"),
+    ("eval_on_start without eval data", {"eval_on_start": True}, {}, "eval_on_start"),
     ("persistent workers without workers", {"dataloader_persistent_workers": True}, {}, "dataloader_persistent_workers"),
     (
         "multiprocessing context without workers",
@@ -205,3 +213,23 @@ def test_label_smoothing_on_float_labels_names_the_field(tmp_path):
     trainer = HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
     with pytest.raises(ValueError, match="label_smoothing_factor"):
         trainer.train()
+
+
+def test_a_missing_schedule_key_is_named_with_the_fix(tmp_path):
+    args = _args(TrainingArguments, str(tmp_path / "ours"), lr_scheduler_type="warmup_stable_decay")
+    with pytest.raises(TypeError, match=r"'warmup_stable_decay' schedule needs 'num_decay_steps'") as info:
+        HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
+    assert "lr_scheduler_kwargs={'num_decay_steps': ...}" in str(info.value)
+    args = _args(
+        TrainingArguments, str(tmp_path / "ours"), lr_scheduler_type="warmup_stable_decay", max_steps=4,
+        lr_scheduler_kwargs='{"num_decay_steps": 2}',
+    )  # fmt: skip
+    HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8)).train()
+
+
+def test_text_schedule_kwargs_assigned_after_construction_are_checked_by_the_trainer(tmp_path):
+    args = _args(TrainingArguments, str(tmp_path / "ours"))
+    args.lr_scheduler_kwargs = "num_cycles=2"
+    with pytest.raises(InvalidArgumentsError, match="not a JSON object") as info:
+        HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
+    assert info.value.fields == ["lr_scheduler_kwargs"] and isinstance(info.value, TypeError)
