@@ -4,16 +4,19 @@ The arguments are checked again (a field assigned after construction), with the 
 `dataloader_num_workers` > 0 (the reference builds such arguments, its DataLoader refuses them), then what
 only the trainer can see:
 NEFTune on a model without input embeddings, an empty map-style train dataset, `lr_scheduler_kwargs` the
-schedule does not take or lacks, `eval_on_start` without eval data. Every problem goes into one
-`InvalidArgumentsError` (a `ValueError`, and also the type the reference's error has), before any training
-starts; the reference meets each of them inside `train()` as an error from torch or its loop.
+schedule does not take or lacks, `eval_on_start` without eval data, examples the default collator cannot
+batch. Every problem goes into one `InvalidArgumentsError` (a `ValueError`, and also the type the reference's
+error has), before any training starts; the reference meets each of them inside `train()` as an error from
+torch or its loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from torch import nn
+from torch.utils.data import IterableDataset
 
 from hf_lightning.args.validation import Problem, invalid_arguments, value_problems
 from hf_lightning.data.model_inputs import unwrap_peft_model
@@ -21,6 +24,7 @@ from hf_lightning.data.sized import has_length
 from hf_lightning.optim.schedulers import missing_scheduler_kwargs, scheduler_kwarg_names
 
 __all__ = [
+    "check_default_collation",
     "check_eval_on_start",
     "check_neftune_embeddings",
     "check_scheduler_kwargs",
@@ -58,6 +62,48 @@ def check_train_dataset(dataset: Any) -> list[Problem]:
         Problem(
             "train_dataset",
             f"the {type(dataset).__name__} is empty (len 0): nothing to train on. Pass a dataset with samples.",
+        )
+    ]
+
+
+def _shown_example(example: Any, limit: int = 60) -> str:
+    text = repr(example)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_default_collation(name: str, dataset: Any) -> list[Problem]:
+    """Examples the default collators cannot batch into model inputs (raw text, a tuple, a dict of text only).
+
+    Checked on the first example of a map-style dataset, when the trainer collates with its default collator
+    (`default_data_collator`, or `DataCollatorWithPadding` with a tokenizer): both take dicts (or objects with
+    attributes) of numbers, lists or tensors and drop text values, so such examples fail at the first step in
+    the reference (`vars() argument must have __dict__ attribute`, or `forward() missing ... 'input_ids'`).
+    Dropping unused columns only removes keys, so it cannot make such an example collatable.
+    """
+    if dataset is None or isinstance(dataset, IterableDataset) or not has_length(dataset) or len(dataset) == 0:
+        return []
+    try:
+        example = dataset[0]
+    except Exception:  # noqa: BLE001 - a dataset that cannot be indexed so is read by its loader, not judged here
+        return []
+    try:
+        fields = example if isinstance(example, Mapping) else vars(example)
+    except TypeError:
+        fields = None
+    if fields is not None and any(value is not None and not isinstance(value, str) for value in fields.values()):
+        return []
+    kind = "text" if isinstance(example, (str, bytes)) else f"a {type(example).__name__}"
+    what = (
+        f"{kind}, not a dict of model inputs"
+        if fields is None
+        else f"{kind} with no model inputs (text values are dropped by the collator, leaving an empty batch)"
+    )
+    return [
+        Problem(
+            name,
+            f"{name}[0] = {_shown_example(example)} is {what}. Tokenize the examples first (for example "
+            "`dataset.map(lambda row: tokenizer(row['text']))`, keeping `labels`), or pass a `data_collator` "
+            "that turns a list of them into a batch of tensors.",
         )
     ]
 
@@ -117,11 +163,18 @@ def check_trainer_inputs(
     own_scheduler: bool,
     neftune_noise_alpha: Any,
     eval_dataset: Any = None,
+    default_collator: bool = False,
 ) -> None:
-    """Every problem of the arguments, the model and the datasets in one `InvalidArgumentsError`."""
+    """Every problem of the arguments, the model and the datasets in one `InvalidArgumentsError`;
+    `default_collator`: the trainer collates with its default collator (no `data_collator` was given)."""
     problems = value_problems(args, with_loader_options=True)
     problems += check_neftune_embeddings(model, neftune_noise_alpha)
     problems += check_train_dataset(train_dataset)
+    if default_collator:
+        problems += check_default_collation("train_dataset", train_dataset)
+        eval_sets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
+        for key, dataset in eval_sets.items():
+            problems += check_default_collation(f"eval_dataset[{key!r}]" if key else "eval_dataset", dataset)
     problems += check_scheduler_kwargs(args, own_scheduler)
     problems += check_eval_on_start(args, eval_dataset)
     if problems:

@@ -162,6 +162,7 @@ class HFLightningTrainer(
             own_scheduler=self.lr_scheduler is not None,
             neftune_noise_alpha=args.neftune_noise_alpha,
             eval_dataset=eval_dataset,
+            default_collator=data_collator is None,
         )
 
         # Refusals of unsupported fields surface here, before any training starts.

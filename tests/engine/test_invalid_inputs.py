@@ -233,3 +233,57 @@ def test_text_schedule_kwargs_assigned_after_construction_are_checked_by_the_tra
     with pytest.raises(InvalidArgumentsError, match="not a JSON object") as info:
         HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
     assert info.value.fields == ["lr_scheduler_kwargs"] and isinstance(info.value, TypeError)
+
+
+class Texts(Dataset):
+    """Raw examples as a newcomer's first dataset holds them: text, or dicts of text only."""
+
+    def __init__(self, items: list):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int):
+        return self.items[index]
+
+
+RAW_DATASETS = {
+    "strings": (["the sky is blue", "the grass is green"], "'the sky is blue' is text, not a dict"),
+    "dicts of text": ([{"text": "the sky is blue"}, {"text": "the grass is green"}], "{'text': 'the sky is blue'} is a dict with no model inputs"),
+    "tuples": ([(torch.ones(4), torch.tensor(1.0))] * 2, "(tensor([1., 1., 1., 1.]), tensor(1.)) is a tuple, not"),
+}
+
+
+@pytest.mark.parametrize("kind", list(RAW_DATASETS))
+def test_raw_examples_without_a_collator_are_refused_when_the_trainer_is_built(tmp_path, kind):
+    """The reference builds the trainer and fails at its first step with torch's or the model's error."""
+    items, shown = RAW_DATASETS[kind]
+    reference = _reference_failure(tmp_path, {"max_steps": 1}, {"train_dataset": Texts(items)})
+    assert isinstance(reference, (TypeError, ValueError)), reference
+    assert "train_dataset" not in str(reference)
+    args = _args(TrainingArguments, str(tmp_path / "ours"), max_steps=1)
+    with pytest.raises(InvalidArgumentsError) as info:
+        HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=Texts(items))
+    assert info.value.fields == ["train_dataset"]
+    assert f"train_dataset[0] = {shown}" in str(info.value) and "data_collator" in str(info.value)
+    # The eval set too (one of a dict of them here), in the same error.
+    with pytest.raises(InvalidArgumentsError) as info:
+        HFLightningTrainer(
+            model=make_regression_mlp(), args=args, train_dataset=Texts(items), eval_dataset={"dev": Texts(items)}
+        )
+    assert info.value.fields == ["train_dataset", "eval_dataset['dev']"]
+
+
+def test_raw_examples_with_a_collator_or_with_inputs_next_to_text_are_accepted(tmp_path):
+    args = _args(TrainingArguments, str(tmp_path / "ours"), max_steps=1)
+    items = [{"text": "a", **item} for item in regression_data(4).items]  # text dropped, x and labels kept
+    HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=Texts(items)).train()
+
+    def collate(texts: list[str]) -> dict:
+        return {"x": torch.ones(len(texts), 4), "labels": torch.tensor([float(len(t)) for t in texts])}
+
+    trainer = HFLightningTrainer(
+        model=make_regression_mlp(), args=args, train_dataset=Texts(["ab", "abc"]), data_collator=collate
+    )
+    assert trainer.train().global_step == 1
