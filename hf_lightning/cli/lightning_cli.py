@@ -160,10 +160,20 @@ def _subcommand_parser(name: str, help_text: str) -> Any:
     return parser
 
 
+def importable_working_folder() -> None:
+    """Put the working folder first on `sys.path`, as `python -m` and `python main.py` do, so a config's
+    `class_path: mydata.CountingData` finds `mydata.py` next to it (the console script's own folder is the
+    first entry otherwise)."""
+    folder = os.getcwd()
+    if "" not in sys.path and folder not in sys.path:
+        sys.path.insert(0, folder)
+
+
 def parse(argv: list[str]) -> tuple[str, Any, Any]:
     """Parse `argv` (`COMMAND --config ...`); returns the command, its subparser and its namespace."""
     from argparse import ArgumentError
 
+    importable_working_folder()
     parser = build_parser()
     if argv and argv[0] in SUBCOMMANDS:
         _check_sections(argv, parser._subcommands_action._name_parser_map[argv[0]])
