@@ -84,6 +84,7 @@ def build_parser() -> Any:
         prog="hf-lightning",
         description="Run a Hugging Face Trainer configuration on PyTorch Lightning's engine.",
         exit_on_error=False,
+        allow_abbrev=False,  # `--args.learning_rat` is a typo to report, not `--args.learning_rate`
         formatter_class=HelpFormatter,
     )
     subcommands = parser.add_subcommands(required=True, dest="subcommand")
@@ -114,6 +115,7 @@ def _subcommand_parser(name: str, help_text: str) -> Any:
         ),
         description=help_text,
         exit_on_error=False,
+        allow_abbrev=False,
         formatter_class=HelpFormatter,
     )
     parser.add_argument(
@@ -175,10 +177,11 @@ def parse(argv: list[str]) -> tuple[str, Any, Any]:
 
     importable_working_folder()
     parser = build_parser()
+    prog = f"hf-lightning {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "hf-lightning"
     if argv and argv[0] in SUBCOMMANDS:
         _check_sections(argv, parser._subcommands_action._name_parser_map[argv[0]])
     try:
-        argv = route_argv(argv)
+        argv = route_argv(argv, warn=lambda message: print(f"{prog}: warning: {message}", file=sys.stderr))
     except MissingPackageError as error:
         raise CLIConfigError(str(error)) from None
     try:

@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser: subcommands `train-demo` (the default) and `explain`."""
     parser = argparse.ArgumentParser(
         prog="hf-lightning",
+        allow_abbrev=False,  # a prefix (`--epoch`) is a typo to report, not an option to guess
         description=(
             "Run Hugging Face Trainer scripts on PyTorch Lightning's engine. Without a command, "
             "trains a tiny transformer on a built-in task (the same as `hf-lightning train-demo`)."
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "train-demo",
+        allow_abbrev=False,
         help="train a tiny transformer on the built-in task (default command)",
         description=(
             "Train a tiny transformer on a built-in topic-classification task (generated in-process, "
@@ -111,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain = commands.add_parser(
         "explain",
+        allow_abbrev=False,
         help="show how the TrainingArguments in a JSON file map onto Lightning",
         description=(
             "Load a JSON object of TrainingArguments fields and print, field by field, how hf_lightning "
