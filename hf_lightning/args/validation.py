@@ -13,13 +13,14 @@ wrong type, ``KeyError`` for an unknown log level), as the translation's refusal
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import numbers
 import os
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from enum import Enum
 from functools import cache
@@ -138,9 +139,29 @@ def check_load_best_model_strategies(args: Any) -> None:
         )
 
 
+# The accelerator kind the machine checks assume instead of this machine's ("gpu", "mps", "cpu"), or None:
+# `hf-lightning explain --accelerator gpu` previews a GPU run's arguments on a laptop.
+_ASSUMED_ACCELERATOR: dict[str, str | None] = {"kind": None}
+
+
+@contextlib.contextmanager
+def assumed_accelerator(kind: str | None) -> Iterator[None]:
+    """Check arguments built inside as for a machine with this accelerator (a CUDA GPU of compute capability 8
+    or more for "gpu"), not for this one; None checks this machine."""
+    previous = _ASSUMED_ACCELERATOR["kind"]
+    _ASSUMED_ACCELERATOR["kind"] = kind
+    try:
+        yield
+    finally:
+        _ASSUMED_ACCELERATOR["kind"] = previous
+
+
 def _bf16_accelerator_available() -> bool:
     """Whether an accelerator with bf16 support (or XLA) is present; CUDA is only queried when available."""
     import torch
+
+    if _ASSUMED_ACCELERATOR["kind"] is not None:
+        return _ASSUMED_ACCELERATOR["kind"] in ("gpu", "mps")
 
     if importlib.util.find_spec("torch_xla") is not None:
         return True
@@ -219,6 +240,8 @@ def _tf32_available() -> bool:
     """TF32 needs a CUDA device of compute capability 8 or more (queried only when CUDA is available)."""
     import torch
 
+    if _ASSUMED_ACCELERATOR["kind"] is not None:
+        return _ASSUMED_ACCELERATOR["kind"] == "gpu"
     if not torch.cuda.is_available() or torch.version.cuda is None:
         return False
     return torch.cuda.get_device_properties(torch.cuda.current_device()).major >= 8
