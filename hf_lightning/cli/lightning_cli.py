@@ -316,7 +316,27 @@ def _lightning_overrides(raw: Mapping[str, Any]) -> dict[str, Any]:
 def run(argv: list[str]) -> CLIRun:
     """Parse `argv` and run the command; raises CLIConfigError for a bad config."""
     command, subparser, config = parse(argv)
+    if command == "fit":
+        # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
+        from hf_lightning.engine.interrupt_report import set_resume_command
+
+        set_resume_command(resume_command(argv))
     return COMMANDS[command](resolve(command, subparser, config))
+
+
+def resume_command(argv: list[str]) -> str:
+    """`hf-lightning fit ... --ckpt_path {checkpoint}`: this fit's command line, resuming from a checkpoint."""
+    import shlex
+
+    kept, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token == "--ckpt_path":
+            skip = True
+        elif not token.startswith("--ckpt_path="):
+            kept.append(token)
+    return "hf-lightning " + shlex.join(kept) + " --ckpt_path {checkpoint}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         prog = f"hf-lightning {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "hf-lightning"
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl+C: train() printed where to resume from; no traceback
+        return 130
     except SystemExit as exit_:  # --help and --print_config exit after printing
         if exit_.code is None or isinstance(exit_.code, int):
             return exit_.code or 0

@@ -25,6 +25,7 @@ from hf_lightning.core.devices import empty_device_cache, is_out_of_memory
 from hf_lightning.core.outputs import TrainOutput
 from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.core.seeding import seed_from_args
+from hf_lightning.engine.interrupt_report import report_interrupt
 from hf_lightning.engine.lightning_bridge import build_lightning_trainer, engine_design_warnings_silenced
 from hf_lightning.engine.logging_connector import LoggingConnector
 from hf_lightning.engine.module import HFLightningModule
@@ -104,6 +105,9 @@ class TrainingRun:
                 # (hf_lightning/checkpoint/resume.py).
                 self.resume.prepare(resume_from_checkpoint)
                 return self._with_executable_batch_size()
+        except KeyboardInterrupt:
+            report_interrupt(trainer, "train() interrupted (Ctrl+C)")  # where to resume from, then the interrupt
+            raise
         finally:
             if trainer.neftune_noise_alpha is not None and hasattr(trainer, "neftune_hook_handle"):
                 trainer._deactivate_neftune()
