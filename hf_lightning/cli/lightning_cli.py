@@ -273,7 +273,7 @@ def _build_training_arguments(subparser: Any, config: Any, trainer_class: type) 
             if name in given:
                 raise CLIConfigError(
                     f"args.{name}={given[name]!r} needs a seq2seq trainer: set "
-                    "trainer_class: hf_lightning.engine.seq2seq.HFLightningSeq2SeqTrainer (or remove the field)."
+                    "trainer_class: hf_lightning.HFLightningSeq2SeqTrainer (or remove the field)."
                 )
     arguments_class = Seq2SeqTrainingArguments if seq2seq else TrainingArguments
     try:

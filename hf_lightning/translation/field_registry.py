@@ -40,6 +40,8 @@ FIELD_HANDLERS: dict[str, Handler] = {name: entry.handler for name, entry in FIE
 
 
 def _support(entry: FieldEntry, landed: dict[str, bool]) -> str:
+    if entry.support is not None:
+        return entry.support
     if entry.feature is None or landed[entry.feature]:
         return "yes"
     return f"pending: {describe(entry.feature)} has not landed (values that would change train() are refused)"

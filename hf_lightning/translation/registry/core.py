@@ -121,6 +121,7 @@ class FieldEntry:
     handler: Handler
     doc: str
     feature: str | None = None  # the engine feature a non-default value needs, if any
+    support: str | None = None  # the README's "supported" cell when it is not "yes" (e.g. only the default is)
 
 
 # ---------------------------------------------------------------- handler factories
