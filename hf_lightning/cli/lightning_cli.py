@@ -21,6 +21,7 @@ from typing import Any
 
 from hf_lightning.args.training_args import Seq2SeqTrainingArguments, TrainingArguments
 from hf_lightning.cli.open_keywords import CONFIG_OPTIONS, MissingPackageError, load_config, route_argv
+from hf_lightning.cli.quick_help import args_help, quick_help
 from hf_lightning.integrations.plotting import save_training_plot
 
 SUBCOMMANDS: dict[str, str] = {
@@ -342,6 +343,14 @@ def resume_command(argv: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the four subcommands; returns the process exit code (2 for a bad config)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        # Answered from the field catalogue, before torch, Lightning and jsonargparse load (cli/quick_help.py).
+        if "--args.help" in argv[1:]:
+            print(args_help(argv[0]), end="")
+            return 0
+        if any(token in ("-h", "--help") for token in argv[1:]):
+            print(quick_help(argv[0], SUBCOMMANDS[argv[0]]), end="")
+            return 0
     try:
         run(argv)
     except CLIConfigError as error:
