@@ -317,12 +317,17 @@ def _lightning_overrides(raw: Mapping[str, Any]) -> dict[str, Any]:
 def run(argv: list[str]) -> CLIRun:
     """Parse `argv` and run the command; raises CLIConfigError for a bad config."""
     command, subparser, config = parse(argv)
-    if command == "fit":
-        # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
-        from hf_lightning.engine.interrupt_report import set_resume_command
+    if command != "fit":
+        return COMMANDS[command](resolve(command, subparser, config))
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
+    from hf_lightning.engine.interrupt_report import set_resume_command
 
-        set_resume_command(resume_command(argv))
-    return COMMANDS[command](resolve(command, subparser, config))
+    # An interrupted fit names this command line; only during this run (a later train() in the process is not it).
+    set_resume_command(resume_command(argv))
+    try:
+        return COMMANDS[command](resolve(command, subparser, config))
+    finally:
+        set_resume_command(None)
 
 
 def resume_command(argv: list[str]) -> str:

@@ -8,7 +8,7 @@ import yaml
 
 from hf_lightning.cli.data_sources import CLI_VOCAB_SIZE
 from hf_lightning.cli.lightning_cli import main, resume_command
-from hf_lightning.engine.interrupt_report import resume_line, set_resume_command
+from hf_lightning.engine.interrupt_report import resume_line
 
 
 class InterruptAtStep(pl.Callback):
@@ -39,10 +39,7 @@ def _config(tmp_path, interrupt: bool) -> str:
 
 
 def test_ctrl_c_in_fit_names_the_checkpoint_and_the_command_that_resumes(tmp_path, capsys):
-    try:
-        assert main(["fit", "--config", _config(tmp_path, interrupt=True)]) == 130
-    finally:
-        set_resume_command(None)
+    assert main(["fit", "--config", _config(tmp_path, interrupt=True)]) == 130
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("hf_lightning: train() interrupted")]
@@ -55,6 +52,8 @@ def test_ctrl_c_in_fit_names_the_checkpoint_and_the_command_that_resumes(tmp_pat
     # The named command (the interrupting callback left out of the config) resumes and finishes the run.
     assert main(["fit", "--config", _config(tmp_path, interrupt=False), "--ckpt_path", checkpoint]) == 0
     assert (tmp_path / "out" / "checkpoint-4").is_dir()
+    # The command was this run's only: a later train() in the same process names the call again.
+    assert "resume with: trainer.train(resume_from_checkpoint=" in resume_line(str(tmp_path / "out"), 4, "x")
 
 
 def test_the_resume_command_replaces_an_earlier_ckpt_path():
