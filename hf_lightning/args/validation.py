@@ -156,6 +156,12 @@ def assumed_accelerator(kind: str | None) -> Iterator[None]:
         _ASSUMED_ACCELERATOR["kind"] = previous
 
 
+def accelerator_assumed() -> bool:
+    """Whether arguments are being checked for another machine (`assumed_accelerator`): nothing of this one's
+    set-up (TF32) may change then."""
+    return _ASSUMED_ACCELERATOR["kind"] is not None
+
+
 def _bf16_accelerator_available() -> bool:
     """Whether an accelerator with bf16 support (or XLA) is present; CUDA is only queried when available."""
     import torch

@@ -34,12 +34,14 @@ def test_a_bf16_run_is_refused_for_this_cpu_machine_and_says_how_to_preview_it(a
 
 
 def test_a_gpu_run_translates_for_the_target_machine(args_json, capsys):
+    precision = torch.backends.fp32_precision
     assert main(["explain", args_json, "--accelerator", "gpu", "--devices", "8", "--num_nodes", "2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Target machine: 8 gpu process(es) per node x 2 node(s) (world size 16)")
     assert "accelerator='gpu', devices=8, num_nodes=2" in _row(out, "use_cpu")
     assert "honoured" in _row(out, "bf16") and "honoured" in _row(out, "tf32")
-    # The machine checks went back to this machine's afterwards.
+    # This machine's TF32 is left as it was (tf32=True was checked for the target), and its checks are its own again.
+    assert torch.backends.fp32_precision == precision
     assert _bf16_accelerator_available() is bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 
 
