@@ -71,19 +71,37 @@ def _shown_example(example: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _first_example(dataset: Any) -> Any:
+    """`dataset[0]`, with the Python, NumPy and torch random states put back afterwards: a dataset that augments
+    at random must draw the same numbers in training as it would without this look."""
+    import random
+
+    import numpy as np
+    import torch
+
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            return dataset[0]
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
 def check_default_collation(name: str, dataset: Any) -> list[Problem]:
     """Examples the default collators cannot batch into model inputs (raw text, a tuple, a dict of text only).
 
-    Checked on the first example of a map-style dataset, when the trainer collates with its default collator
-    (`default_data_collator`, or `DataCollatorWithPadding` with a tokenizer): both take dicts (or objects with
-    attributes) of numbers, lists or tensors and drop text values, so such examples fail at the first step in
-    the reference (`vars() argument must have __dict__ attribute`, or `forward() missing ... 'input_ids'`).
+    Checked on the first example of a map-style dataset (read once, the random states kept), when the trainer
+    collates with its default collator (`default_data_collator`, or `DataCollatorWithPadding` with a tokenizer):
+    both take dicts (or objects with attributes) of numbers, lists or tensors and drop text values, so such
+    examples fail at the first step in the reference (`vars() argument must have __dict__ attribute`, or
+    `forward() missing ... 'input_ids'`).
     Dropping unused columns only removes keys, so it cannot make such an example collatable.
     """
     if dataset is None or isinstance(dataset, IterableDataset) or not has_length(dataset) or len(dataset) == 0:
         return []
     try:
-        example = dataset[0]
+        example = _first_example(dataset)
     except Exception:  # noqa: BLE001 - a dataset that cannot be indexed so is read by its loader, not judged here
         return []
     try:

@@ -287,3 +287,31 @@ def test_raw_examples_with_a_collator_or_with_inputs_next_to_text_are_accepted(t
         model=make_regression_mlp(), args=args, train_dataset=Texts(["ab", "abc"]), data_collator=collate
     )
     assert trainer.train().global_step == 1
+
+
+class RandomlyAugmented(Dataset):
+    """Draws from the global RNGs when an example is read, as a random augmentation does."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> dict:
+        import random
+
+        import numpy as np
+
+        noise = torch.rand(4) + random.random() + float(np.random.rand())
+        return {"x": noise, "labels": torch.tensor(float(index))}
+
+
+def test_looking_at_the_first_example_leaves_the_random_streams_as_they_were(tmp_path):
+    import random
+
+    import numpy as np
+
+    args = _args(TrainingArguments, str(tmp_path / "ours"), max_steps=1)
+    HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=RandomlyAugmented())
+    # The constructor seeds (as the reference's); the next draws are the seed's first ones.
+    after = (torch.rand(1).item(), random.random(), float(np.random.rand()))
+    torch.manual_seed(args.seed), random.seed(args.seed), np.random.seed(args.seed)
+    assert after == (torch.rand(1).item(), random.random(), float(np.random.rand()))
