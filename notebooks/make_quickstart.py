@@ -87,7 +87,7 @@ cells = [
     ),
     new_code_cell(
         "%matplotlib inline\n"
-        "from hf_lightning.integrations.plotting import plot_log_history\n"
+        "from hf_lightning import plot_log_history\n"
         "\n"
         "plot_log_history(trainer.state.log_history)"
     ),

@@ -32,6 +32,7 @@ from hf_lightning.args.process import TrainingArgumentsProcess, mps_available, t
 from hf_lightning.args.setters import TrainingArgumentsSetters
 from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.args.validation import (
+    accelerator_assumed,
     check_eval_steps_available,
     check_tf32_supported,
     check_values,
@@ -95,8 +96,12 @@ def _kubeflow_enabled() -> bool:
 
 
 def _apply_tf32(enable: bool) -> None:
-    """Switch TF32 matmuls the way the reference's ``enable_tf32`` does."""
+    """Switch TF32 matmuls the way the reference's ``enable_tf32`` does (not while the arguments are checked for
+    another machine: `hf-lightning explain --accelerator gpu` leaves this one's TF32 as it is)."""
     import torch
+
+    if accelerator_assumed():
+        return
 
     if hasattr(torch.backends, "fp32_precision"):  # torch >= 2.9
         torch.backends.fp32_precision = "tf32" if enable else "ieee"

@@ -13,12 +13,14 @@ wrong type, ``KeyError`` for an unknown log level), as the translation's refusal
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
 import numbers
 import os
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from enum import Enum
 from functools import cache
@@ -137,9 +139,35 @@ def check_load_best_model_strategies(args: Any) -> None:
         )
 
 
+# The accelerator kind the machine checks assume instead of this machine's ("gpu", "mps", "cpu"), or None:
+# `hf-lightning explain --accelerator gpu` previews a GPU run's arguments on a laptop.
+_ASSUMED_ACCELERATOR: dict[str, str | None] = {"kind": None}
+
+
+@contextlib.contextmanager
+def assumed_accelerator(kind: str | None) -> Iterator[None]:
+    """Check arguments built inside as for a machine with this accelerator (a CUDA GPU of compute capability 8
+    or more for "gpu"), not for this one; None checks this machine."""
+    previous = _ASSUMED_ACCELERATOR["kind"]
+    _ASSUMED_ACCELERATOR["kind"] = kind
+    try:
+        yield
+    finally:
+        _ASSUMED_ACCELERATOR["kind"] = previous
+
+
+def accelerator_assumed() -> bool:
+    """Whether arguments are being checked for another machine (`assumed_accelerator`): nothing of this one's
+    set-up (TF32) may change then."""
+    return _ASSUMED_ACCELERATOR["kind"] is not None
+
+
 def _bf16_accelerator_available() -> bool:
     """Whether an accelerator with bf16 support (or XLA) is present; CUDA is only queried when available."""
     import torch
+
+    if _ASSUMED_ACCELERATOR["kind"] is not None:
+        return _ASSUMED_ACCELERATOR["kind"] in ("gpu", "mps")
 
     if importlib.util.find_spec("torch_xla") is not None:
         return True
@@ -218,6 +246,8 @@ def _tf32_available() -> bool:
     """TF32 needs a CUDA device of compute capability 8 or more (queried only when CUDA is available)."""
     import torch
 
+    if _ASSUMED_ACCELERATOR["kind"] is not None:
+        return _ASSUMED_ACCELERATOR["kind"] == "gpu"
     if not torch.cuda.is_available() or torch.version.cuda is None:
         return False
     return torch.cuda.get_device_properties(torch.cuda.current_device()).major >= 8
@@ -601,6 +631,28 @@ def check_combinations(values: Mapping[str, Any]) -> list[Problem]:
     return problems
 
 
+def check_json_texts(values: Mapping[str, Any]) -> list[Problem]:
+    """`lr_scheduler_kwargs` given as text must be a JSON object (the command line's form of the dict): other text
+    reaches the schedule function as `**"text"` in the reference's `train()`, a `TypeError` naming no field."""
+    text = values.get("lr_scheduler_kwargs")
+    if not isinstance(text, str):
+        return []
+    example = '\'{"num_cycles": 2}\''
+    if not text.startswith("{"):
+        return [
+            Problem(
+                "lr_scheduler_kwargs",
+                f"{text!r} is text but not a JSON object: give a dict, or the JSON text of one such as {example}.",
+                TypeError,
+            )
+        ]
+    try:
+        json.loads(text)
+    except ValueError as error:
+        return [Problem("lr_scheduler_kwargs", f"{text!r} is not valid JSON ({error}); give a dict, or {example}.")]
+    return []
+
+
 def value_problems(args: Any, *, with_loader_options: bool = False) -> list[Problem]:
     """The problems of every family (types first; the others read only the well-typed values).
 
@@ -608,6 +660,7 @@ def value_problems(args: Any, *, with_loader_options: bool = False) -> list[Prob
     """
     problems, values = check_field_types(args)
     problems += check_ranges(values) + check_choices(args, values) + check_combinations(values)
+    problems += check_json_texts(values)
     return problems + (check_loader_combinations(values) if with_loader_options else [])
 
 

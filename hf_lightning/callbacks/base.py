@@ -108,6 +108,27 @@ def _is_default_flow(callback: Any) -> bool:
     return any(klass.__name__ == "DefaultFlowCallback" for klass in type(callback).__mro__)
 
 
+# Modules of the two libraries whose stock callback classes stand for each other by name.
+_CALLBACK_LIBRARIES = ("transformers.", "hf_lightning.")
+
+
+def _is_stock(klass: type) -> bool:
+    return klass.__module__.startswith(_CALLBACK_LIBRARIES)
+
+
+def _same_kind(klass: type, other: type) -> bool:
+    """`klass` is `other`, or both are the stock class of one name in the two libraries (a script imports
+    `PrinterCallback` from transformers while this handler holds ours)."""
+    return klass is other or (_is_stock(klass) and _is_stock(other) and klass.__name__ == other.__name__)
+
+
+def _is_instance(callback: Any, klass: type) -> bool:
+    """`isinstance`, with either library's stock class standing for the other's (by name, no import)."""
+    if isinstance(callback, klass):
+        return True
+    return _is_stock(klass) and any(_same_kind(klass, base) for base in type(callback).__mro__)
+
+
 def _check_is_callback(callback: Any) -> None:
     """Refuse objects that handle no event at all: they are almost certainly passed by mistake."""
     if isinstance(callback, TrainerCallback):
@@ -157,7 +178,7 @@ class CallbackHandler(TrainerCallback):
         instance = callback() if isinstance(callback, type) else callback
         _check_is_callback(instance)
         callback_class = callback if isinstance(callback, type) else callback.__class__
-        if callback_class in [existing.__class__ for existing in self.callbacks]:
+        if any(_same_kind(callback_class, existing.__class__) for existing in self.callbacks):
             logger.warning(
                 f"You are adding a {callback_class} to the callbacks of this Trainer, but there is already one. "
                 "The current list of callbacks is\n:" + self.callback_list
@@ -165,10 +186,13 @@ class CallbackHandler(TrainerCallback):
         self.callbacks.append(instance)
 
     def pop_callback(self, callback: Any) -> Any:
-        """Remove and return the first callback of that class (or that instance); `None` if absent."""
+        """Remove and return the first callback of that class (or that instance); `None` if absent.
+
+        A stock class of either library finds the other's (`pop_callback(transformers.ProgressCallback)`).
+        """
         if isinstance(callback, type):
             for existing in self.callbacks:
-                if isinstance(existing, callback):
+                if _is_instance(existing, callback):
                     self.callbacks.remove(existing)
                     return existing
         else:
@@ -179,10 +203,13 @@ class CallbackHandler(TrainerCallback):
         return None
 
     def remove_callback(self, callback: Any) -> None:
-        """Remove the first callback of that class (absent: no-op), or that instance (absent: ValueError)."""
+        """Remove the first callback of that class (absent: no-op), or that instance (absent: ValueError).
+
+        A stock class of either library finds the other's (`remove_callback(transformers.PrinterCallback)`).
+        """
         if isinstance(callback, type):
             for existing in self.callbacks:
-                if isinstance(existing, callback):
+                if _is_instance(existing, callback):
                     self.callbacks.remove(existing)
                     return
         else:

@@ -308,6 +308,60 @@ def trainer_state_problem(file_path: str) -> str | None:
     return None
 
 
+# What a resume restores besides the weights and the trainer state; `save_only_model=True` writes none of them.
+_OPTIMIZER_PREFIX = "optimizer"  # optimizer.pt, or FSDP's optimizer.bin / optimizer_<n> folders
+_DEEPSPEED_PREFIX = "global_step"  # DeepSpeed's engine folder holds the optimizer (and its own scheduler)
+
+
+def resume_problem(path: str) -> str | None:
+    """What keeps a resume from `path` from continuing the run it saved (naming the file), or None.
+
+    The trainer state must be for the step the folder is named after (`checkpoint-4` holding step 99 would resume
+    at step 99), and the training state a resume restores must be there: the optimizer (`optimizer.pt`, FSDP's or
+    DeepSpeed's files), `scheduler.pt` (DeepSpeed's own scheduler lives in its engine folder) and an RNG file.
+    Without them the reference resumes with a fresh optimizer, silently. A folder with none of the three was
+    saved with `save_only_model=True`, which is said. Checked on top of `checkpoint_problem` (whether the folder
+    is complete as written: a `save_only_model` checkpoint is, for rotation and `get_last_checkpoint`).
+    """
+    problem = _step_problem(path)
+    if problem is not None:
+        return problem
+    names = os.listdir(path)
+    deepspeed = any(name.startswith(_DEEPSPEED_PREFIX) for name in names)
+    has_optimizer = deepspeed or any(name.startswith(_OPTIMIZER_PREFIX) for name in names)
+    has_scheduler = deepspeed or SCHEDULER_NAME in names
+    has_rng = any(_RNG_FILE_PATTERN.match(name) for name in names)
+    if not (has_optimizer or has_scheduler or has_rng):
+        return (
+            f"{path} holds no optimizer, scheduler or RNG state: it was saved with save_only_model=True, which "
+            "keeps only the model, so training cannot continue from it. Load its weights into a new run "
+            "(from_pretrained, or model.load_state_dict of its weights file)"
+        )
+    for present, name in ((has_optimizer, OPTIMIZER_NAME), (has_scheduler, SCHEDULER_NAME), (has_rng, "rng_state.pth")):
+        if not present:
+            return f"{os.path.join(path, name)} is missing, so the run would continue with a fresh {_STATE_OF[name]}"
+    return None
+
+
+_STATE_OF = {OPTIMIZER_NAME: "optimizer state", SCHEDULER_NAME: "learning-rate schedule", "rng_state.pth": "RNG state"}
+
+
+def _step_problem(path: str) -> str | None:
+    """A `checkpoint-<N>` folder whose `trainer_state.json` holds another `global_step` than N."""
+    match = CHECKPOINT_DIR_PATTERN.match(os.path.basename(os.path.normpath(path)))
+    state_path = os.path.join(path, TRAINER_STATE_NAME)
+    if match is None or trainer_state_problem(state_path) is not None:
+        return None  # no step in the name; a bad trainer state is reported by the other checks
+    with open(state_path, encoding="utf-8") as f:
+        step = json.load(f)["global_step"]
+    if step != int(match.group(1)):
+        return (
+            f"{state_path} holds global_step {step}, but the folder is named for step {match.group(1)}: its files "
+            "do not come from one save"
+        )
+    return None
+
+
 def get_last_checkpoint(folder: str) -> str | None:
     """The complete `checkpoint-<N>` folder with the largest N in `folder`, or None.
 
@@ -317,11 +371,16 @@ def get_last_checkpoint(folder: str) -> str | None:
     return newest_valid_checkpoint(folder)[0]
 
 
-def newest_valid_checkpoint(folder: str) -> tuple[str | None, list[tuple[str, str]]]:
-    """The newest valid `checkpoint-<N>` in `folder` (or None), and `(path, problem)` of each newer one skipped."""
+def newest_valid_checkpoint(folder: str, resume: bool = False) -> tuple[str | None, list[tuple[str, str]]]:
+    """The newest valid `checkpoint-<N>` in `folder` (or None), and `(path, problem)` of each newer one skipped.
+
+    `resume`: valid also means a resume can continue from it (`resume_problem`).
+    """
     skipped = []
     for _, path in reversed(list_checkpoints(folder)):
         problem = checkpoint_problem(path)
+        if problem is None and resume:
+            problem = resume_problem(path)
         if problem is None:
             return path, skipped
         skipped.append((path, problem))

@@ -25,6 +25,7 @@ from hf_lightning.checkpoint.files import (
     checkpoint_problem,
     clean_scratch_folders,
     newest_valid_checkpoint,
+    resume_problem,
     rng_state_problem,
     trainer_state_problem,
     weights_problem,
@@ -39,6 +40,7 @@ from hf_lightning.core.checkpoint_files import (
 )
 from hf_lightning.core.enums import enum_value
 from hf_lightning.core.protocols import RunLike, TrainerLike
+from hf_lightning.core.reference_logging import reference_logger, warning_once
 from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, read_position_record
 from hf_lightning.strategies.checkpoint_io import optimizer_map_location
 from hf_lightning.strategies.distributed import barrier
@@ -89,7 +91,7 @@ def _newest_complete_checkpoint(args: Any) -> str:
     if os.path.isdir(run_dir) and args.should_save:
         clean_scratch_folders(run_dir, token="")
     barrier()
-    checkpoint, skipped = newest_valid_checkpoint(run_dir) if os.path.isdir(run_dir) else (None, [])
+    checkpoint, skipped = newest_valid_checkpoint(run_dir, resume=True) if os.path.isdir(run_dir) else (None, [])
     for path, problem in skipped:
         logger.warning(f"Skipping checkpoint {path} for resume_from_checkpoint=True: {problem}.")
     if checkpoint is None:
@@ -184,9 +186,10 @@ def _warn_on_argument_mismatch(args: Any, state: TrainerState) -> None:
                 "(from trainer_state.json)"
             )
     if mismatches:
-        logger.warning(
+        warning_once(
+            reference_logger("transformers.trainer_utils", __name__),
             "Warning: The following arguments do not match the ones in the `trainer_state.json` within the "
-            "checkpoint directory: " + "".join(mismatches)
+            "checkpoint directory: " + "".join(mismatches),
         )
 
 
@@ -282,7 +285,7 @@ class Resumer:
         if resume_from_checkpoint is not True:  # True chose a checkpoint that passed checkpoint_problem just now
             problem = _explicit_checkpoint_problem(
                 checkpoint, weights_required=io.weights_files_required, read_next=names
-            )
+            ) or resume_problem(checkpoint)
             if problem is not None:
                 raise ValueError(_refusal(checkpoint, problem))
         # Every torch file is read (and a bad one refused) before the model is touched.
@@ -332,10 +335,7 @@ class Resumer:
             point.steps_trained_in_current_epoch = (
                 trainer.state.global_step % upe
             ) * trainer.plan.module.gradient_accumulation_steps
-        logger.info(
-            f"  Resuming training from checkpoint with epoch {point.epochs_trained} and global step "
-            f"{trainer.state.global_step}"
-        )
+        # The banner says where the run continues (hf_lightning/engine/training_banner.py).
 
     def position_lightning_loops(self, lightning_trainer: pl.Trainer) -> None:
         """Start Lightning's counters at the checkpoint: `current_epoch` = epochs trained, `global_step` = the
@@ -392,7 +392,6 @@ class Resumer:
             )
             point.replay = skip
         point.rng_pending = True
-        logger.info(f"  Fast-forwarding the dataloader past {point.epochs_trained} epochs and {skip} batches.")
         return skip - 1
 
     def skip_replayed_batches(self, dataloader_iter: Any) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from hf_lightning.args.training_args import Seq2SeqTrainingArguments, TrainingArguments
 from hf_lightning.cli.open_keywords import CONFIG_OPTIONS, MissingPackageError, load_config, route_argv
+from hf_lightning.cli.quick_help import args_help, quick_help
 from hf_lightning.integrations.plotting import save_training_plot
 
 SUBCOMMANDS: dict[str, str] = {
@@ -84,6 +85,7 @@ def build_parser() -> Any:
         prog="hf-lightning",
         description="Run a Hugging Face Trainer configuration on PyTorch Lightning's engine.",
         exit_on_error=False,
+        allow_abbrev=False,  # `--args.learning_rat` is a typo to report, not `--args.learning_rate`
         formatter_class=HelpFormatter,
     )
     subcommands = parser.add_subcommands(required=True, dest="subcommand")
@@ -114,6 +116,7 @@ def _subcommand_parser(name: str, help_text: str) -> Any:
         ),
         description=help_text,
         exit_on_error=False,
+        allow_abbrev=False,
         formatter_class=HelpFormatter,
     )
     parser.add_argument(
@@ -160,15 +163,26 @@ def _subcommand_parser(name: str, help_text: str) -> Any:
     return parser
 
 
+def importable_working_folder() -> None:
+    """Put the working folder first on `sys.path`, as `python -m` and `python main.py` do, so a config's
+    `class_path: mydata.CountingData` finds `mydata.py` next to it (the console script's own folder is the
+    first entry otherwise)."""
+    folder = os.getcwd()
+    if "" not in sys.path and folder not in sys.path:
+        sys.path.insert(0, folder)
+
+
 def parse(argv: list[str]) -> tuple[str, Any, Any]:
     """Parse `argv` (`COMMAND --config ...`); returns the command, its subparser and its namespace."""
     from argparse import ArgumentError
 
+    importable_working_folder()
     parser = build_parser()
+    prog = f"hf-lightning {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "hf-lightning"
     if argv and argv[0] in SUBCOMMANDS:
         _check_sections(argv, parser._subcommands_action._name_parser_map[argv[0]])
     try:
-        argv = route_argv(argv)
+        argv = route_argv(argv, warn=lambda message: print(f"{prog}: warning: {message}", file=sys.stderr))
     except MissingPackageError as error:
         raise CLIConfigError(str(error)) from None
     try:
@@ -260,7 +274,7 @@ def _build_training_arguments(subparser: Any, config: Any, trainer_class: type) 
             if name in given:
                 raise CLIConfigError(
                     f"args.{name}={given[name]!r} needs a seq2seq trainer: set "
-                    "trainer_class: hf_lightning.engine.seq2seq.HFLightningSeq2SeqTrainer (or remove the field)."
+                    "trainer_class: hf_lightning.HFLightningSeq2SeqTrainer (or remove the field)."
                 )
     arguments_class = Seq2SeqTrainingArguments if seq2seq else TrainingArguments
     try:
@@ -303,18 +317,53 @@ def _lightning_overrides(raw: Mapping[str, Any]) -> dict[str, Any]:
 def run(argv: list[str]) -> CLIRun:
     """Parse `argv` and run the command; raises CLIConfigError for a bad config."""
     command, subparser, config = parse(argv)
-    return COMMANDS[command](resolve(command, subparser, config))
+    if command != "fit":
+        return COMMANDS[command](resolve(command, subparser, config))
+    # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
+    from hf_lightning.engine.interrupt_report import set_resume_command
+
+    # An interrupted fit names this command line; only during this run (a later train() in the process is not it).
+    set_resume_command(resume_command(argv))
+    try:
+        return COMMANDS[command](resolve(command, subparser, config))
+    finally:
+        set_resume_command(None)
+
+
+def resume_command(argv: list[str]) -> str:
+    """`hf-lightning fit ... --ckpt_path {checkpoint}`: this fit's command line, resuming from a checkpoint."""
+    import shlex
+
+    kept, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token == "--ckpt_path":
+            skip = True
+        elif not token.startswith("--ckpt_path="):
+            kept.append(token)
+    return "hf-lightning " + shlex.join(kept) + " --ckpt_path {checkpoint}"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the four subcommands; returns the process exit code (2 for a bad config)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        # Answered from the field catalogue, before torch, Lightning and jsonargparse load (cli/quick_help.py).
+        if "--args.help" in argv[1:]:
+            print(args_help(argv[0]), end="")
+            return 0
+        if any(token in ("-h", "--help") for token in argv[1:]):
+            print(quick_help(argv[0], SUBCOMMANDS[argv[0]]), end="")
+            return 0
     try:
         run(argv)
     except CLIConfigError as error:
         prog = f"hf-lightning {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "hf-lightning"
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl+C: train() printed where to resume from; no traceback
+        return 130
     except SystemExit as exit_:  # --help and --print_config exit after printing
         if exit_.code is None or isinstance(exit_.code, int):
             return exit_.code or 0

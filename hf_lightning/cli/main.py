@@ -19,8 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hf_lightning.args.validation import assumed_accelerator
 from hf_lightning.cli.lightning_cli import SUBCOMMANDS  # stdlib-only at import: --help stays instant
 from hf_lightning.cli.lightning_cli import main as lightning_cli_main
+from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.translate import explain, translate
 
 # "module:attribute" of the trainer and arguments classes the main job uses, resolved lazily.
@@ -59,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser: subcommands `train-demo` (the default) and `explain`."""
     parser = argparse.ArgumentParser(
         prog="hf-lightning",
+        allow_abbrev=False,  # a prefix (`--epoch`) is a typo to report, not an option to guess
         description=(
             "Run Hugging Face Trainer scripts on PyTorch Lightning's engine. Without a command, "
             "trains a tiny transformer on a built-in task (the same as `hf-lightning train-demo`)."
@@ -68,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "train-demo",
+        allow_abbrev=False,
         help="train a tiny transformer on the built-in task (default command)",
         description=(
             "Train a tiny transformer on a built-in topic-classification task (generated in-process, "
@@ -111,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain = commands.add_parser(
         "explain",
+        allow_abbrev=False,
         help="show how the TrainingArguments in a JSON file map onto Lightning",
         description=(
             "Load a JSON object of TrainingArguments fields and print, field by field, how hf_lightning "
@@ -118,6 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     explain.add_argument("args_json", metavar="ARGS.json", help="a JSON object of TrainingArguments fields")
+    # The machine the run is meant for (default: this one), to preview a GPU run's translation on a laptop.
+    explain.add_argument(
+        "--accelerator",
+        choices=("gpu", "mps", "cpu"),
+        default=None,
+        help="the target machine's accelerator (default: this machine's); gpu means CUDA, with bf16 and tf32",
+    )
+    explain.add_argument(
+        "--devices", type=_positive(int), default=None, help="processes per node, one per GPU (default: 1)"
+    )
+    explain.add_argument("--num_nodes", "--num-nodes", dest="num_nodes", type=_positive(int), default=None,
+                         help="nodes of the target run (default: 1)")
 
     for name in LIGHTNING_CLI_COMMANDS:
         # Listed for --help only: main() hands these to hf_lightning.cli.lightning_cli before parsing.
@@ -145,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     options = parser.parse_args(_with_default_command(argv))
     if options.command == "explain":
-        return explain_command(Path(options.args_json), parser)
+        target = {"accelerator": options.accelerator, "devices": options.devices, "num_nodes": options.num_nodes}
+        return explain_command(Path(options.args_json), parser, target=target)
     return train_demo(
         output_dir=options.output_dir,
         seed=options.seed,
@@ -271,10 +289,14 @@ def _print_examples(model: Any, tokenizer: Any, eval_dataset: Any, count: int = 
         print(f"    {eval_dataset.texts[index]!r} -> {TOPICS[predicted]} ({mark})", flush=True)
 
 
-def explain_command(path: Path, parser: argparse.ArgumentParser | None = None) -> int:
+def explain_command(
+    path: Path, parser: argparse.ArgumentParser | None = None, target: dict[str, Any] | None = None
+) -> int:
     """`hf-lightning explain ARGS.json`: print how each TrainingArguments field maps onto Lightning.
 
-    Returns 0 when every field is honoured (or not applicable), 1 when some are refused, 2 on bad input.
+    `target` (`accelerator`, `devices`, `num_nodes`, each None for the default) describes the machine the run is
+    meant for; without it, this machine. Returns 0 when every field is honoured (or not applicable), 1 when some
+    are refused, 2 on bad input.
     """
     try:
         fields = json.loads(path.read_text(encoding="utf-8"))
@@ -286,13 +308,20 @@ def explain_command(path: Path, parser: argparse.ArgumentParser | None = None) -
             f"{path} must hold a JSON object of TrainingArguments fields, not {type(fields).__name__}.",
         )
 
+    target = {key: value for key, value in (target or {}).items() if value is not None}
+    environment = Environment.for_target(**target) if target else None
     training_arguments_class = _resolve(TRAINING_ARGUMENTS_CLASS)
     try:
-        arguments = training_arguments_class(**fields)
+        # Arguments checked for the target machine (bf16, tf32), not this one, when one is given.
+        with assumed_accelerator(_accelerator_kind(environment)):
+            arguments = training_arguments_class(**fields)
     except (TypeError, ValueError) as error:
-        return _fail(parser, f"{path}: invalid TrainingArguments: {error}")
+        hint = "" if target else " (for another machine, give it: --accelerator gpu --devices N --num_nodes N)"
+        return _fail(parser, f"{path}: invalid TrainingArguments: {error}{hint}")
     # Refusals are shown in the table rather than raised: showing them is what `explain` is for.
-    plan = translate(arguments, raise_on_refusal=False)
+    plan = translate(arguments, environment, raise_on_refusal=False)
+    if environment is not None:
+        print(f"Target machine: {_describe_target(environment)}")
     print(explain(plan), end="")
     refused = [note.field for note in plan.refusals()]
     if refused:
@@ -302,6 +331,21 @@ def explain_command(path: Path, parser: argparse.ArgumentParser | None = None) -
         )
         return 1
     return 0
+
+
+def _accelerator_kind(environment: Environment | None) -> str | None:
+    if environment is None:
+        return None
+    return "gpu" if environment.cuda_available else "mps" if environment.mps_available else "cpu"
+
+
+def _describe_target(environment: Environment) -> str:
+    """`8 gpu processes per node x 2 nodes (world size 16)`."""
+    kind = _accelerator_kind(environment)
+    return (
+        f"{environment.local_world_size} {kind} process(es) per node x {environment.num_nodes} node(s) "
+        f"(world size {environment.world_size})"
+    )
 
 
 def _fail(parser: argparse.ArgumentParser | None, message: str) -> int:

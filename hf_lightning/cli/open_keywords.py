@@ -60,8 +60,15 @@ def signature_keywords(cls: type) -> set[str] | None:
     return {p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
 
 
-def route_config(config: Any, keywords_of: Callable[[str], set[str] | None]) -> bool:
-    """Move, in place, `init_args` keys that a class's signature lacks into its `dict_kwargs`; True if any moved."""
+def route_config(
+    config: Any,
+    keywords_of: Callable[[str], set[str] | None],
+    warn: Callable[[str], None] | None = None,
+) -> bool:
+    """Move, in place, `init_args` keys that a class's signature lacks into its `dict_kwargs`; True if any moved.
+
+    `warn` receives a line for each moved key the class does not define (`unknown_key_warning`).
+    """
     moved = False
     for node in _mappings(config):
         init_args = node.get("init_args")
@@ -71,16 +78,25 @@ def route_config(config: Any, keywords_of: Callable[[str], set[str] | None]) -> 
         if known is None:
             continue
         extra = {key: init_args.pop(key) for key in list(init_args) if key not in known}
+        for key in extra if warn is not None else ():
+            message = unknown_key_warning(node["class_path"], key)
+            if message is not None:
+                warn(message)
         if extra:
             node["dict_kwargs"] = {**(node.get("dict_kwargs") or {}), **extra}
             moved = True
     return moved
 
 
-def route_argv(argv: list[str], keywords_of: Callable[[str], set[str] | None] | None = None) -> list[str]:
+def route_argv(
+    argv: list[str],
+    keywords_of: Callable[[str], set[str] | None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> list[str]:
     """`argv` with extra keywords moved to `dict_kwargs`: in `--config` files and in `--X.init_args.KEY` options.
 
-    Raises MissingPackageError when a named class belongs to an optional package that is not installed.
+    Raises MissingPackageError when a named class belongs to an optional package that is not installed. `warn`
+    receives a line for each moved key the class does not define (a typo such as `num_hiden_layers`).
     """
     import yaml
 
@@ -97,7 +113,7 @@ def route_argv(argv: list[str], keywords_of: Callable[[str], set[str] | None] | 
             config = load_config(value)
             if isinstance(config, dict):
                 _record_classes(config, "", classes)
-                if route_config(config, keywords_of):
+                if route_config(config, keywords_of, warn):
                     value = yaml.safe_dump(config, sort_keys=False)
             routed.extend([option, value] if value_index is not None else [f"{option}={value}"])
             index += 2 if value_index is not None else 1
@@ -105,6 +121,11 @@ def route_argv(argv: list[str], keywords_of: Callable[[str], set[str] | None] | 
         if option.startswith("--") and value is not None:
             path = option[2:]
             option = _routed_option(path, classes, keywords_of)
+            if warn is not None and ".dict_kwargs." in option and ".dict_kwargs." not in path:
+                prefix, _, key = path.rpartition(INIT_ARGS)
+                message = unknown_key_warning(classes[prefix], key)
+                if message is not None:
+                    warn(message)
             if isinstance(value, str) and not value.startswith("-"):
                 _record_value(path, value, classes)
         routed.append(f"{option}={inline}" if has_inline else option)
@@ -192,3 +213,47 @@ def _installed(package: str) -> bool:
 def _keywords_of_class_path(class_path: str) -> set[str] | None:
     cls = import_class(class_path)
     return None if cls is None else signature_keywords(cls)
+
+
+# Keywords a transformers config takes in `__init__` and consumes without a field or attribute of that name
+# (configuration_utils.PreTrainedConfig.__post_init__ pops them; legacy RoPE keys are converted).
+_CONSUMED_CONFIG_KEYWORDS = frozenset(
+    {
+        "torch_dtype", "name_or_path", "_commit_hash", "output_attentions", "attn_implementation",
+        "experts_implementation", "per_layer_config", "rope_scaling", "rope_theta",
+    }
+)  # fmt: skip
+
+
+def defined_keywords(cls: type) -> set[str]:
+    """What a config class defines: its signature's keywords, its attributes and properties (`num_labels`), its
+    `attribute_map` aliases, the keywords its constructor consumes, and the generation parameters it drops."""
+    defined = set(signature_keywords(cls) or ()) | {name for name in dir(cls) if not name.startswith("__")}
+    defined |= set(getattr(cls, "attribute_map", None) or {}) | _CONSUMED_CONFIG_KEYWORDS
+    try:
+        from transformers import GenerationConfig
+
+        defined |= set(GenerationConfig._get_default_generation_params())
+    except (ImportError, AttributeError):
+        pass
+    return defined
+
+
+def unknown_key_warning(class_path: str, key: str) -> str | None:
+    """A warning for `key` given to the config class at `class_path` when the class does not define it (it would be
+    stored as an extra attribute the model never reads), with the closest defined name; None when it is defined."""
+    import difflib
+
+    cls = import_class(class_path)
+    if cls is None or signature_keywords(cls) is None:
+        return None
+    defined = defined_keywords(cls)
+    if key in defined:
+        return None
+    close = difflib.get_close_matches(key, sorted(name for name in defined if not name.startswith("_")), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else " (remove it if it is a typo)"
+    return (
+        f"{cls.__name__} does not define {key!r}: it is stored as an extra attribute, which the model's code does "
+        f"not read{hint}"
+    )
+

@@ -4,26 +4,31 @@ The arguments are checked again (a field assigned after construction), with the 
 `dataloader_num_workers` > 0 (the reference builds such arguments, its DataLoader refuses them), then what
 only the trainer can see:
 NEFTune on a model without input embeddings, an empty map-style train dataset, `lr_scheduler_kwargs` the
-schedule does not take. Every problem goes into one `InvalidArgumentsError` (a `ValueError`, and also the
-type the reference's error has), before any training starts; the reference meets each of them inside
-`train()` as an error from torch or its loop.
+schedule does not take or lacks, `eval_on_start` without eval data, examples the default collator cannot
+batch. Every problem goes into one `InvalidArgumentsError` (a `ValueError`, and also the type the reference's
+error has), before any training starts; the reference meets each of them inside `train()` as an error from
+torch or its loop.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from torch import nn
+from torch.utils.data import IterableDataset
 
 from hf_lightning.args.validation import Problem, invalid_arguments, value_problems
 from hf_lightning.core.enums import enum_value
 from hf_lightning.data.model_inputs import unwrap_peft_model
 from hf_lightning.data.sized import has_length
 from hf_lightning.evaluation.metric_objects import check_metric_object_arguments
-from hf_lightning.optim.schedulers import scheduler_kwarg_names
+from hf_lightning.optim.schedulers import missing_scheduler_kwargs, scheduler_kwarg_names
 
 __all__ = [
+    "check_default_collation",
+    "check_eval_on_start",
     "check_neftune_embeddings",
     "check_scheduler_kwargs",
     "check_train_dataset",
@@ -64,37 +69,135 @@ def check_train_dataset(dataset: Any) -> list[Problem]:
     ]
 
 
-def check_scheduler_kwargs(args: Any, own_scheduler: bool) -> list[Problem]:
-    """`lr_scheduler_kwargs` keys must be arguments of the `lr_scheduler_type` schedule (unless one is passed)."""
-    kwargs = args.lr_scheduler_kwargs
-    if own_scheduler or not kwargs or not isinstance(kwargs, dict):
-        return []
+def _shown_example(example: Any, limit: int = 60) -> str:
+    text = repr(example)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
-    accepted = scheduler_kwarg_names(args.lr_scheduler_type)
-    if accepted is None:
+
+def _first_example(dataset: Any) -> Any:
+    """`dataset[0]`, with the Python, NumPy and torch random states put back afterwards: a dataset that augments
+    at random must draw the same numbers in training as it would without this look."""
+    import random
+
+    import numpy as np
+    import torch
+
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            return dataset[0]
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def check_default_collation(name: str, dataset: Any) -> list[Problem]:
+    """Examples the default collators cannot batch into model inputs (raw text, a tuple, a dict of text only).
+
+    Checked on the first example of a map-style dataset (read once, the random states kept), when the trainer
+    collates with its default collator (`default_data_collator`, or `DataCollatorWithPadding` with a tokenizer):
+    both take dicts (or objects with attributes) of numbers, lists or tensors and drop text values, so such
+    examples fail at the first step in the reference (`vars() argument must have __dict__ attribute`, or
+    `forward() missing ... 'input_ids'`).
+    Dropping unused columns only removes keys, so it cannot make such an example collatable.
+    """
+    if dataset is None or isinstance(dataset, IterableDataset) or not has_length(dataset) or len(dataset) == 0:
         return []
-    unknown = [key for key in kwargs if key not in accepted]
-    if not unknown:
+    try:
+        example = _first_example(dataset)
+    except Exception:  # noqa: BLE001 - a dataset that cannot be indexed so is read by its loader, not judged here
         return []
-    schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    try:
+        fields = example if isinstance(example, Mapping) else vars(example)
+    except TypeError:
+        fields = None
+    if fields is not None and any(value is not None and not isinstance(value, str) for value in fields.values()):
+        return []
+    kind = "text" if isinstance(example, (str, bytes)) else f"a {type(example).__name__}"
+    what = (
+        f"{kind}, not a dict of model inputs"
+        if fields is None
+        else f"{kind} with no model inputs (text values are dropped by the collator, leaving an empty batch)"
+    )
     return [
         Problem(
-            "lr_scheduler_kwargs",
-            f"{unknown} not taken by the {schedule!r} schedule, which takes {accepted}. Remove them, or pick "
-            "the `lr_scheduler_type` they belong to.",
-            TypeError,  # the schedule function's "unexpected keyword argument" in the reference's train()
+            name,
+            f"{name}[0] = {_shown_example(example)} is {what}. Tokenize the examples first (for example "
+            "`dataset.map(lambda row: tokenizer(row['text']))`, keeping `labels`), or pass a `data_collator` "
+            "that turns a list of them into a batch of tensors.",
+        )
+    ]
+
+
+def check_scheduler_kwargs(args: Any, own_scheduler: bool) -> list[Problem]:
+    """`lr_scheduler_kwargs` keys must be arguments of the `lr_scheduler_type` schedule, and hold the ones it needs
+    (`warmup_stable_decay`'s `num_decay_steps`, `cosine_with_min_lr`'s `min_lr` or `min_lr_rate`), unless the
+    trainer was given its own scheduler."""
+    kwargs = args.lr_scheduler_kwargs
+    if own_scheduler or not isinstance(kwargs, (dict, type(None))):
+        return []  # a str that is no JSON object is refused with the arguments' values (args/validation.py)
+    kwargs = kwargs or {}
+    schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    problems = []
+    accepted = scheduler_kwarg_names(args.lr_scheduler_type)
+    unknown = [key for key in kwargs if accepted is not None and key not in accepted]
+    if unknown:
+        problems.append(
+            Problem(
+                "lr_scheduler_kwargs",
+                f"{unknown} not taken by the {schedule!r} schedule, which takes {accepted}. Remove them, or pick "
+                "the `lr_scheduler_type` they belong to.",
+                TypeError,  # the schedule function's "unexpected keyword argument" in the reference's train()
+            )
+        )
+    missing = missing_scheduler_kwargs(args.lr_scheduler_type, kwargs)
+    if missing:
+        example = ", ".join(f"{key.split(' or ')[0]!r}: ..." for key in missing)
+        problems.append(
+            Problem(
+                "lr_scheduler_kwargs",
+                f"the {schedule!r} schedule needs {' and '.join(repr(key) for key in missing)}, which "
+                f"lr_scheduler_kwargs={args.lr_scheduler_kwargs!r} lacks: pass lr_scheduler_kwargs={{{example}}}.",
+                TypeError,  # the schedule function's "missing 1 required positional argument" in train()
+            )
+        )
+    return problems
+
+
+def check_eval_on_start(args: Any, eval_dataset: Any) -> list[Problem]:
+    """`eval_on_start` evaluates before the first update: it needs the eval data (as `eval_strategy` does)."""
+    if not args.eval_on_start or eval_dataset is not None:
+        return []
+    return [
+        Problem(
+            "eval_on_start",
+            "True evaluates before the first update, but the Trainer has no eval_dataset: pass eval_dataset, "
+            "or leave eval_on_start False.",
         )
     ]
 
 
 def check_trainer_inputs(
-    args: Any, model: nn.Module | None, train_dataset: Any, own_scheduler: bool, neftune_noise_alpha: Any
+    args: Any,
+    model: nn.Module | None,
+    train_dataset: Any,
+    own_scheduler: bool,
+    neftune_noise_alpha: Any,
+    eval_dataset: Any = None,
+    default_collator: bool = False,
 ) -> None:
-    """Every problem of the arguments, the model and the train dataset in one `InvalidArgumentsError`."""
+    """Every problem of the arguments, the model and the datasets in one `InvalidArgumentsError`;
+    `default_collator`: the trainer collates with its default collator (no `data_collator` was given)."""
     problems = value_problems(args, with_loader_options=True)
     problems += check_neftune_embeddings(model, neftune_noise_alpha)
     problems += check_train_dataset(train_dataset)
+    if default_collator:
+        problems += check_default_collation("train_dataset", train_dataset)
+        eval_sets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
+        for key, dataset in eval_sets.items():
+            problems += check_default_collation(f"eval_dataset[{key!r}]" if key else "eval_dataset", dataset)
     problems += check_scheduler_kwargs(args, own_scheduler)
+    problems += check_eval_on_start(args, eval_dataset)
     if problems:
         raise invalid_arguments("Trainer", problems)
 

@@ -2,7 +2,8 @@
 
 Lightning's fit turns SIGTERM into an exit with status 0 and SIGINT into `SystemExit(1)`. Here instead:
 - SIGTERM without `enable_jit_checkpoint`: the process ends by the signal (exit status 143 in a shell, as a
-  process without a handler), after one line on stderr; no traceback. A handler the user installed before
+  process without a handler), after one line on stderr naming the last complete checkpoint and how to resume
+  from it; no traceback. A handler the user installed before
   `train()` (or SIG_IGN) is kept in place, as Lightning's is not.
 - SIGTERM with `enable_jit_checkpoint`: the request of the facade's `JITCheckpointCallback`
   (hf_lightning/engine/jit_checkpoint.py, which imports no Lightning), installed for the whole `train()` call and
@@ -23,6 +24,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from hf_lightning.core.protocols import TrainerLike
+from hf_lightning.engine.interrupt_report import resume_line
 from hf_lightning.engine.jit_checkpoint import JITCheckpointCallback
 
 TERMINATED_MESSAGE = (
@@ -34,9 +36,10 @@ TERMINATED_MESSAGE = (
 class SignalBridge(pl.Callback):
     """Puts this module's SIGTERM handler in place of Lightning's once fit has registered its handlers."""
 
-    def __init__(self, jit: JITCheckpointCallback | None, before_train: Any):
+    def __init__(self, jit: JITCheckpointCallback | None, before_train: Any, facade: TrainerLike | None = None):
         self._jit = jit
         self._before_train = before_train  # the SIGTERM handler in place when train() began
+        self._facade = facade  # for the line naming the checkpoint to resume from
         self._lightning_trainer: pl.Trainer | None = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -59,7 +62,16 @@ class SignalBridge(pl.Callback):
 
     def _terminate(self, signum: int, frame: Any) -> None:
         """End the process by the signal itself, as a process without a SIGTERM handler ends."""
-        print(TERMINATED_MESSAGE, file=sys.stderr, flush=True)
+        where = ""
+        if self._facade is not None and self._facade.args.process_index == 0:
+            # The same line: where to resume from (engine/interrupt_report.py), without the event said above.
+            facade = self._facade
+            try:
+                line = resume_line(facade.args.output_dir, facade.state.global_step, "Stopped")
+                where = " " + line.removeprefix("hf_lightning: ")
+            except Exception:  # noqa: BLE001 - the report must never keep the process from ending
+                where = ""
+        print(TERMINATED_MESSAGE + where, file=sys.stderr, flush=True)
         launcher = getattr(getattr(self._lightning_trainer, "strategy", None), "launcher", None)
         if launcher is not None and callable(getattr(launcher, "kill", None)):
             launcher.kill(signum)  # the processes Lightning started for this run end with this one
@@ -80,6 +92,7 @@ class SignalScope:
     """One `train()` call's signal handling: the JIT handler during the whole call, the bridge during fit."""
 
     def __init__(self, facade: TrainerLike):
+        self._facade = facade
         self.jit: JITCheckpointCallback | None = None
         self._before_train = signal.getsignal(signal.SIGTERM)
         for callback in facade.callback_handler.callbacks:
@@ -102,7 +115,7 @@ class SignalScope:
 
     def lightning_callback(self) -> SignalBridge:
         """The Lightning callback that replaces Lightning's SIGTERM handler during fit."""
-        return SignalBridge(self.jit, self._before_train)
+        return SignalBridge(self.jit, self._before_train, self._facade)
 
 
 def keyboard_interrupt_of(exit_: SystemExit) -> KeyboardInterrupt | None:

@@ -43,6 +43,7 @@ from hf_lightning.checkpoint.model_card import ModelCardMixin
 from hf_lightning.checkpoint.output_folder import make_output_dir
 from hf_lightning.checkpoint.saving import CheckpointMixin
 from hf_lightning.core.outputs import TrainOutput
+from hf_lightning.core.reference_logging import route_reference_lines
 from hf_lightning.core.seeding import seed_from_args
 from hf_lightning.data.collate import pick_default_collator
 from hf_lightning.engine.accelerator import LightningAccelerator
@@ -190,6 +191,8 @@ class HFLightningTrainer(
             train_dataset,
             own_scheduler=self.lr_scheduler is not None,
             neftune_noise_alpha=args.neftune_noise_alpha,
+            eval_dataset=eval_dataset,
+            default_collator=data_collator is None,
         )
 
         # Refusals of unsupported fields surface here, before any training starts.
@@ -280,6 +283,7 @@ class HFLightningTrainer(
         transformers_logging = _transformers_logging()
         if transformers_logging is not None:
             transformers_logging.set_verbosity(self.args.get_process_log_level())
+        route_reference_lines(to_transformers=transformers_logging is not None)
         chosen = self.args.log_level if self.args.should_log else self.args.log_level_replica
         if chosen != "passive":  # passive leaves our loggers to the application's logging set-up
 

@@ -24,11 +24,13 @@ from hf_lightning.core.devices import empty_device_cache, is_out_of_memory
 from hf_lightning.core.outputs import TrainOutput
 from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.core.seeding import seed_from_args
+from hf_lightning.engine.interrupt_report import report_interrupt
 from hf_lightning.engine.lightning_bridge import build_lightning_trainer, engine_design_warnings_silenced
 from hf_lightning.engine.logging_connector import LoggingConnector
 from hf_lightning.engine.module import HFLightningModule
 from hf_lightning.engine.signals import SignalScope, keyboard_interrupt_of
 from hf_lightning.engine.special_tokens import align_special_tokens
+from hf_lightning.engine.training_banner import log_training_banner
 from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.loggers import publish_run_texts
 
@@ -100,6 +102,9 @@ class TrainingRun:
                 # (hf_lightning/checkpoint/resume.py).
                 self.resume.prepare(resume_from_checkpoint)
                 return self._with_executable_batch_size()
+        except KeyboardInterrupt:
+            report_interrupt(trainer, "train() interrupted (Ctrl+C)")  # where to resume from, then the interrupt
+            raise
         finally:
             if trainer.neftune_noise_alpha is not None and hasattr(trainer, "neftune_hook_handle"):
                 trainer._deactivate_neftune()
@@ -149,10 +154,7 @@ class TrainingRun:
             trainer.lr_scheduler = None
             trainer._created_lr_scheduler = False
 
-        logger.info("***** Running training *****")
-        logger.info(f"  Num examples = {values.num_examples:,}")
-        logger.info(f"  Num Epochs = {values.num_train_epochs:,}")
-        logger.info(f"  Total optimization steps = {values.max_steps:,}")
+        log_training_banner(trainer, values, self.resume.point)
 
         _compile_model(trainer)
         module = HFLightningModule(trainer, self)

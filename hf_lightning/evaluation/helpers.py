@@ -28,6 +28,7 @@ __all__ = [
     "is_metric_driven_scheduler",
     "iterate_with_last_flag",
     "last_batch_remainder",
+    "loss_rows",
     "nested_concat",
     "nested_detach",
     "nested_numpify",
@@ -244,6 +245,24 @@ def iterate_with_last_flag(iterable: Iterable[Any]) -> Iterator[tuple[Any, bool]
     yield current, True
 
 
+def is_opaque_loader(dataloader: Any) -> bool:
+    """Whether `dataloader` shows neither a dataset nor a batch sampler (e.g. a `get_eval_dataloader` override
+    that chains several loaders): how many of its samples are real cannot be read from it."""
+    return getattr(dataloader, "dataset", None) is None and getattr(dataloader, "batch_sampler", None) is None
+
+
+def loss_rows(dataloader: Any, batch_size: int | None, observed_batch_size: int | None) -> int:
+    """How many rows a batch's loss is repeated into, so the mean over rows is sample-weighted (EVAL-2.9).
+
+    The loader's batch size, whose padding rows of a short last batch `last_batch_remainder` then cuts, as
+    accelerate's prepared loader does. An opaque loader chaining the reference's prepared loaders has each inner
+    loader's short last batch cut by accelerate to its real samples; the batch's observed size is that count.
+    """
+    if observed_batch_size is not None and is_opaque_loader(dataloader):
+        return observed_batch_size
+    return batch_size
+
+
 def last_batch_remainder(dataloader: Any, last_batch: Any, num_processes: int = 1) -> int:
     """How many samples of the last batch are real, as accelerate's prepared dataloader reports it (-1: unknown).
 
@@ -264,9 +283,11 @@ def last_batch_remainder(dataloader: Any, last_batch: Any, num_processes: int = 
                 return -1
         observed = find_batch_size(last_batch)
         return -1 if observed is None else observed
+    if is_opaque_loader(dataloader):
+        return -1  # its batches' rows are already the real samples (`loss_rows`): nothing to cut
     sampler = getattr(dataloader, "sampler", None)
     batch_sampler = (
-        sampler if isinstance(sampler, torch.utils.data.BatchSampler) else dataloader.batch_sampler
+        sampler if isinstance(sampler, torch.utils.data.BatchSampler) else getattr(dataloader, "batch_sampler", None)
     )
     # A sharded loader carries `drop_last` on its batch sampler (accelerate keeps the original loader's).
     if getattr(dataloader, "drop_last", False) or getattr(batch_sampler, "drop_last", False):

@@ -31,6 +31,7 @@ from hf_lightning.evaluation.helpers import (
     is_iterable_dataset_shard,
     iterate_with_last_flag,
     last_batch_remainder,
+    loss_rows,
     spans_several_devices,
 )
 from hf_lightning.evaluation.metric_objects import local_rows_to_keep, streaming_metrics_for
@@ -144,7 +145,8 @@ class EvaluationLoop:
 
                     if losses is not None:
                         # One entry per sample so that the mean is sample-weighted (EVAL-2.9).
-                        losses = trainer._gather_for_metrics(losses.repeat(batch_size), is_loss=True)
+                        rows = loss_rows(dataloader, batch_size, observed_batch_size)
+                        losses = trainer._gather_for_metrics(losses.repeat(rows), is_loss=True)
                         all_losses.add(losses)
                     if inputs_decode is not None:
                         inputs_decode = trainer._pad_across_processes(inputs_decode, dim=1, pad_index=-100)

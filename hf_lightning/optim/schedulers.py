@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import partial
 from itertools import chain
 from typing import Any
@@ -520,3 +520,30 @@ def scheduler_kwarg_names(name: Any) -> list[str] | None:
         for p in parameters
         if p.name not in _TRAINER_GIVEN and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     ]
+
+
+# Schedules that need one of several keys of `lr_scheduler_kwargs` (`_resolve_min_lr_rate` raises without one).
+_ONE_OF_REQUIRED = {
+    "cosine_with_min_lr": ("min_lr", "min_lr_rate"),
+    "cosine_warmup_with_min_lr": ("min_lr", "min_lr_rate"),
+}
+
+
+def missing_scheduler_kwargs(name: Any, given: Collection[str]) -> list[str]:
+    """The keys schedule `name` needs in `lr_scheduler_kwargs` that `given` lacks, each as the error names it
+    (`num_decay_steps`; `min_lr or min_lr_rate`). Empty for a schedule that needs none."""
+    value = _scheduler_name(name)
+    if value in ("constant", "constant_with_warmup") or value in _KWARGS_TAKEN_BY:
+        return []
+    parameters = inspect.signature(TYPE_TO_SCHEDULER_FUNCTION[value]).parameters.values()
+    missing = [
+        p.name
+        for p in parameters
+        if p.name not in _TRAINER_GIVEN and p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and p.name not in given
+    ]
+    alternatives = _ONE_OF_REQUIRED.get(value, ())
+    if alternatives and not any(key in given for key in alternatives):
+        missing.append(" or ".join(alternatives))
+    return missing
+

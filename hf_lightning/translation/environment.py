@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hf_lightning.args.launcher import launch_layout
@@ -97,3 +97,30 @@ class Environment:
                 name: os.environ[name] for name in (*LOGGER_ENV_VARS, *_DEVICE_ENV_VARS) if name in os.environ
             },
         )
+
+    @classmethod
+    def for_target(cls, accelerator: str | None = None, devices: int = 1, num_nodes: int = 1) -> Environment:
+        """The machine a run is meant for, to preview its translation on another one: `accelerator` ("gpu",
+        "mps" or "cpu"; None: this machine's kind), `devices` processes per node (one per GPU), `num_nodes`
+        nodes, started by a launcher when there are several. Installed packages and variables are this
+        machine's."""
+        here = cls.detect()
+        if accelerator is None:
+            accelerator = "gpu" if here.cuda_available else "mps" if here.mps_available else "cpu"
+        if accelerator not in ("gpu", "mps", "cpu"):
+            raise ValueError(f"accelerator={accelerator!r}: pick 'gpu' (CUDA), 'mps' or 'cpu'.")
+        if devices < 1 or num_nodes < 1:
+            raise ValueError(f"devices={devices}, num_nodes={num_nodes}: both must be >= 1.")
+        world_size = devices * num_nodes
+        return replace(
+            here,
+            cuda_available=accelerator == "gpu",
+            cuda_device_count=devices if accelerator == "gpu" else 0,
+            mps_available=accelerator == "mps",
+            world_size=world_size,
+            local_world_size=devices,
+            num_nodes=num_nodes,
+            process_index=0,
+            is_distributed_launch=world_size > 1,
+        )
+

@@ -45,7 +45,8 @@ def registry_markdown() -> str:
     ]
     for name, entry in FIELD_REGISTRY.items():
         doc = entry.doc.replace("|", "\\|")
-        lines.append(f"| `{name}` | `{entry.default!r}` | yes | {doc} |")
+        support = entry.support if entry.support is not None else "yes"
+        lines.append(f"| `{name}` | `{entry.default!r}` | {support} | {doc} |")
     return "\n".join(lines) + "\n"
 
 

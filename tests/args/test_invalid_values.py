@@ -7,6 +7,7 @@ test_invalid_inputs.py runs the reference's training on the cases that need the 
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 
@@ -73,11 +74,17 @@ CASES: list[tuple[str, dict, str]] = [
     ("torch_empty_cache_steps=0", {"torch_empty_cache_steps": 0}, "torch_empty_cache_steps"),
     ("unknown debug option", {"debug": "nope"}, "debug"),
     ("unknown eval_strategy", {"eval_strategy": "sometimes"}, "eval_strategy"),
+    # Text that is no JSON object: the reference keeps it and its train() fails on `**"text"` (TypeError).
+    ("lr_scheduler_kwargs text not JSON", {"lr_scheduler_kwargs": "num_cycles=2"}, "lr_scheduler_kwargs"),
+    ("lr_scheduler_kwargs bad JSON", {"lr_scheduler_kwargs": '{"num_cycles": '}, "lr_scheduler_kwargs"),
 ]
 
 # The reference fails on these at construction with an exception its code does not mean to raise (an int has
 # no `endswith`): we raise our ValueError naming the field instead (docs/divergences.md).
-_REFERENCE_CRASHES = {"metric_for_best_model an int": AttributeError}
+_REFERENCE_CRASHES = {
+    "metric_for_best_model an int": AttributeError,
+    "lr_scheduler_kwargs bad JSON": json.JSONDecodeError,  # json's error, naming no field
+}
 
 
 def _build(cls: type, kwargs: dict, tmp_path) -> object:

@@ -19,6 +19,7 @@ from hf_lightning.core.checkpoint_files import (
     COMPLETE_MARKER_NAME,
     OPTIMIZER_NAME,
     SAFE_WEIGHTS_NAME,
+    SCHEDULER_NAME,
     TRAINER_STATE_NAME,
     safe_torch_load,
 )
@@ -201,3 +202,81 @@ def test_a_resume_reads_the_optimizer_file_once_to_use_it(stopped, monkeypatch, 
     resumed = train(stopped, resume=str(checkpoint) if resume == "explicit" else True)
     assert optimizer_reads == [str(checkpoint / OPTIMIZER_NAME)] * reads
     assert resumed.state.global_step == 8
+
+
+# ---- what a resume restores: the training state, and the step the folder is named after -------------------------
+
+# The file removed -> the name the refusal must carry. Each one alone: the reference resumes without it, silently.
+RESUME_STATE_FILES = {
+    "optimizer": OPTIMIZER_NAME,
+    "scheduler": SCHEDULER_NAME,
+    "rng": "rng_state.pth",
+}
+
+
+def _set_step(checkpoint, step: int) -> None:
+    path = checkpoint / TRAINER_STATE_NAME
+    path.write_text(json.dumps({**json.loads(path.read_text()), "global_step": step}))
+
+
+@pytest.mark.parametrize("ours", [True, False], ids=["with our marker", "reference layout"])
+@pytest.mark.parametrize("missing", list(RESUME_STATE_FILES))
+def test_explicit_checkpoint_missing_a_resume_file_is_refused_naming_it(stopped, ours, missing):
+    checkpoint = stopped / "checkpoint-4"
+    os.remove(checkpoint / RESUME_STATE_FILES[missing])
+    if not ours:
+        os.remove(checkpoint / COMPLETE_MARKER_NAME)
+    before = sorted(os.listdir(stopped))
+    with pytest.raises(ValueError, match=re.escape(str(checkpoint / RESUME_STATE_FILES[missing]))) as refused:
+        train(stopped, resume=str(checkpoint))
+    assert "is missing" in str(refused.value)
+    assert sorted(os.listdir(stopped)) == before  # nothing trained, nothing saved
+
+
+@pytest.mark.parametrize("missing", ["optimizer", "rng"])
+def test_resume_true_passes_over_a_checkpoint_missing_a_resume_file(stopped, straight_run, monkeypatch, caplog, missing):
+    os.remove(stopped / "checkpoint-4" / RESUME_STATE_FILES[missing])
+    chosen = record_chosen_checkpoints(monkeypatch)
+    with caplog.at_level("WARNING", logger=RESUME_LOGGER):
+        resumed = train(stopped, resume=True, model_seed=7)
+    assert chosen == [str(stopped / "checkpoint-2")]
+    assert str(stopped / "checkpoint-4" / RESUME_STATE_FILES[missing]) in caplog.text
+    assert_bit_identical(weights(resumed), weights(straight_run))
+
+
+def test_reference_resumes_without_the_optimizer_silently(stopped):
+    """docs/divergences.md: the reference continues from checkpoint-4 with a fresh optimizer state."""
+    os.remove(stopped / "checkpoint-4" / OPTIMIZER_NAME)
+    reference = reference_trainer(stopped / "reference")
+    reference.train(resume_from_checkpoint=str(stopped / "checkpoint-4"))
+    assert reference.state.global_step == 8
+
+
+def test_a_save_only_model_checkpoint_is_refused_naming_that_setting(stopped):
+    checkpoint = stopped / "checkpoint-4"
+    for name in RESUME_STATE_FILES.values():
+        os.remove(checkpoint / name)
+    assert checkpoint_problem(str(checkpoint)) is None  # complete as written (rotation, get_last_checkpoint)
+    with pytest.raises(ValueError, match=re.escape(f"{checkpoint} holds no optimizer, scheduler or RNG state")) as refused:
+        train(stopped, resume=str(checkpoint))
+    assert "save_only_model=True" in str(refused.value)
+
+
+def test_explicit_checkpoint_holding_another_step_is_refused(stopped):
+    """checkpoint-4 holding step 99: the reference resumes at step 99; ours names both steps."""
+    checkpoint = stopped / "checkpoint-4"
+    _set_step(checkpoint, 99)
+    with pytest.raises(ValueError, match=r"holds global_step 99, but the folder is named for step 4"):
+        train(stopped, resume=str(checkpoint))
+    reference = reference_trainer(stopped / "reference")
+    reference.train(resume_from_checkpoint=str(checkpoint))
+    assert reference.state.global_step == 99  # past max_steps (8) at once: nothing trained
+
+
+def test_resume_true_passes_over_a_checkpoint_holding_another_step(stopped, straight_run, monkeypatch, caplog):
+    _set_step(stopped / "checkpoint-4", 99)
+    chosen = record_chosen_checkpoints(monkeypatch)
+    with caplog.at_level("WARNING", logger=RESUME_LOGGER):
+        resumed = train(stopped, resume=True, model_seed=7)
+    assert chosen == [str(stopped / "checkpoint-2")] and "holds global_step 99" in caplog.text
+    assert_bit_identical(weights(resumed), weights(straight_run))

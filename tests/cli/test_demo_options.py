@@ -33,3 +33,11 @@ def test_what_the_commands_write_by_default_is_git_ignored():
         probe = f"{path.removeprefix('./')}/model.safetensors"
         ignored = subprocess.run(["git", "check-ignore", "-q", probe], cwd=ROOT).returncode == 0
         assert ignored, f"{probe} is not git-ignored"
+
+
+def test_a_prefix_of_an_option_is_refused(capsys):
+    """argparse would take `--epoch` for `--epochs` and `--max_step` for `--max_steps`; a typo is reported."""
+    for argv in (["--epoch", "1"], ["--max_step", "3"]):
+        with pytest.raises(SystemExit) as exit_:
+            build_parser().parse_args(_with_default_command(argv))
+        assert exit_.value.code == 2 and f"unrecognized arguments: {argv[0]}" in capsys.readouterr().err

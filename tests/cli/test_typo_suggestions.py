@@ -43,3 +43,41 @@ def test_a_mistyped_top_level_key_is_refused_with_the_closest_section(tmp_path, 
     error = capsys.readouterr().err.strip()
     assert error.startswith("hf-lightning validate: error:") and len(error.splitlines()) == 1, error
     assert path in error and "'trainr'" in error and "did you mean 'trainer'?" in error
+
+
+def test_an_option_prefix_is_not_taken_for_the_option(tmp_path, capsys):
+    """argparse's prefix matching took `--args.learning_rat` as `--args.learning_rate`; it is refused now."""
+    assert main(["validate", "--config", write_config(tmp_path), "--args.learning_rat", "1e-3"]) == 2
+    error = capsys.readouterr().err
+    assert "--args.learning_rat" in error and "did you mean '--args.learning_rate'?" in error, error
+
+
+def _bert_with(tmp_path, **config_keys) -> str:
+    from hf_lightning.cli.data_sources import CLI_VOCAB_SIZE
+
+    config = {
+        "class_path": "transformers.BertConfig",
+        "init_args": {"vocab_size": CLI_VOCAB_SIZE, "hidden_size": 16, "num_attention_heads": 2, **config_keys},
+    }
+    model = {"class_path": "transformers.BertForSequenceClassification", "init_args": {"config": config}}
+    return write_config(tmp_path, model=model)
+
+
+def test_a_mistyped_model_config_key_warns_with_the_closest_name(tmp_path, capsys):
+    from hf_lightning.cli.lightning_cli import parse
+
+    parse(["fit", "--config", _bert_with(tmp_path, num_hiden_layers=2, num_labels=3, problem_type="regression")])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    # Only the typo: num_labels and problem_type are keywords a config takes (through **kwargs or its signature).
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("hf-lightning fit: warning: BertConfig does not define 'num_hiden_layers'")
+    assert "did you mean 'num_hidden_layers'?" in warnings[0]
+
+
+def test_a_mistyped_model_config_key_on_the_command_line_warns(tmp_path, capsys):
+    from hf_lightning.cli.lightning_cli import parse
+
+    option = "--model.init_args.config.init_args.intermediate_sise"
+    parse(["fit", "--config", _bert_with(tmp_path), option, "32"])
+    error = capsys.readouterr().err
+    assert "BertConfig does not define 'intermediate_sise'" in error and "did you mean 'intermediate_size'?" in error

@@ -103,3 +103,29 @@ def test_sentence_transformers_example_trains_on_lightning_offline(tmp_path):
     from sentence_transformers import SentenceTransformer
 
     assert SentenceTransformer(str(tmp_path), device="cpu").encode(["a test"]).shape == (1, 384)
+
+
+@pytest.mark.parametrize("script", ["train_classifier.py", "sft_trl.py"])
+def test_examples_train_on_one_thread_unless_told(script, tmp_path, monkeypatch):
+    """With torch's default threads a busy 2-core machine ran train_classifier.py in 197 s instead of 9 s; the
+    examples set one thread themselves (`--num_threads`), as `hf-lightning` does, whatever OMP_NUM_THREADS says."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"example_{tmp_path.name}", ROOT / "examples" / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    chosen = []
+
+    class Stop(Exception):
+        pass
+
+    def record_then_stop(count: int) -> None:
+        chosen.append(count)
+        raise Stop  # the threads are set before anything is built: no need to train
+
+    monkeypatch.setattr(torch, "set_num_threads", record_then_stop)
+    for argv, expected in (([], 1), (["--num_threads", "3"], 3)):
+        monkeypatch.setattr(sys, "argv", [script, "--output_dir", str(tmp_path), *argv])
+        with pytest.raises(Stop):
+            module.main()
+        assert chosen[-1] == expected

@@ -58,6 +58,14 @@ TRAINER_CASES = [
     ("neftune without input embeddings", {"neftune_noise_alpha": 5.0}, {}, "neftune_noise_alpha"),
     ("empty map-style train dataset", {}, {"train_dataset": EmptyMap()}, "train_dataset"),
     ("lr_scheduler_kwargs the schedule does not take", {"lr_scheduler_kwargs": {"foo": 1}}, {}, "lr_scheduler_kwargs"),
+    (
+        "warmup_stable_decay without num_decay_steps",
+        {"lr_scheduler_type": "warmup_stable_decay", "lr_scheduler_kwargs": {"num_stable_steps": 2}},
+        {},
+        "lr_scheduler_kwargs",
+    ),
+    ("cosine_with_min_lr without min_lr", {"lr_scheduler_type": "cosine_with_min_lr"}, {}, "lr_scheduler_kwargs"),
+    ("eval_on_start without eval data", {"eval_on_start": True}, {}, "eval_on_start"),
     ("persistent workers without workers", {"dataloader_persistent_workers": True}, {}, "dataloader_persistent_workers"),
     (
         "multiprocessing context without workers",
@@ -205,3 +213,105 @@ def test_label_smoothing_on_float_labels_names_the_field(tmp_path):
     trainer = HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
     with pytest.raises(ValueError, match="label_smoothing_factor"):
         trainer.train()
+
+
+def test_a_missing_schedule_key_is_named_with_the_fix(tmp_path):
+    args = _args(TrainingArguments, str(tmp_path / "ours"), lr_scheduler_type="warmup_stable_decay")
+    with pytest.raises(TypeError, match=r"'warmup_stable_decay' schedule needs 'num_decay_steps'") as info:
+        HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
+    assert "lr_scheduler_kwargs={'num_decay_steps': ...}" in str(info.value)
+    args = _args(
+        TrainingArguments, str(tmp_path / "ours"), lr_scheduler_type="warmup_stable_decay", max_steps=4,
+        lr_scheduler_kwargs='{"num_decay_steps": 2}',
+    )  # fmt: skip
+    HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8)).train()
+
+
+def test_text_schedule_kwargs_assigned_after_construction_are_checked_by_the_trainer(tmp_path):
+    args = _args(TrainingArguments, str(tmp_path / "ours"))
+    args.lr_scheduler_kwargs = "num_cycles=2"
+    with pytest.raises(InvalidArgumentsError, match="not a JSON object") as info:
+        HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
+    assert info.value.fields == ["lr_scheduler_kwargs"] and isinstance(info.value, TypeError)
+
+
+class Texts(Dataset):
+    """Raw examples as a newcomer's first dataset holds them: text, or dicts of text only."""
+
+    def __init__(self, items: list):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int):
+        return self.items[index]
+
+
+RAW_DATASETS = {
+    "strings": (["the sky is blue", "the grass is green"], "'the sky is blue' is text, not a dict"),
+    "dicts of text": ([{"text": "the sky is blue"}, {"text": "the grass is green"}], "{'text': 'the sky is blue'} is a dict with no model inputs"),
+    "tuples": ([(torch.ones(4), torch.tensor(1.0))] * 2, "(tensor([1., 1., 1., 1.]), tensor(1.)) is a tuple, not"),
+}
+
+
+@pytest.mark.parametrize("kind", list(RAW_DATASETS))
+def test_raw_examples_without_a_collator_are_refused_when_the_trainer_is_built(tmp_path, kind):
+    """The reference builds the trainer and fails at its first step with torch's or the model's error."""
+    items, shown = RAW_DATASETS[kind]
+    reference = _reference_failure(tmp_path, {"max_steps": 1}, {"train_dataset": Texts(items)})
+    assert isinstance(reference, (TypeError, ValueError)), reference
+    assert "train_dataset" not in str(reference)
+    args = _args(TrainingArguments, str(tmp_path / "ours"), max_steps=1)
+    with pytest.raises(InvalidArgumentsError) as info:
+        HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=Texts(items))
+    assert info.value.fields == ["train_dataset"]
+    assert f"train_dataset[0] = {shown}" in str(info.value) and "data_collator" in str(info.value)
+    # The eval set too (one of a dict of them here), in the same error.
+    with pytest.raises(InvalidArgumentsError) as info:
+        HFLightningTrainer(
+            model=make_regression_mlp(), args=args, train_dataset=Texts(items), eval_dataset={"dev": Texts(items)}
+        )
+    assert info.value.fields == ["train_dataset", "eval_dataset['dev']"]
+
+
+def test_raw_examples_with_a_collator_or_with_inputs_next_to_text_are_accepted(tmp_path):
+    args = _args(TrainingArguments, str(tmp_path / "ours"), max_steps=1)
+    items = [{"text": "a", **item} for item in regression_data(4).items]  # text dropped, x and labels kept
+    HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=Texts(items)).train()
+
+    def collate(texts: list[str]) -> dict:
+        return {"x": torch.ones(len(texts), 4), "labels": torch.tensor([float(len(t)) for t in texts])}
+
+    trainer = HFLightningTrainer(
+        model=make_regression_mlp(), args=args, train_dataset=Texts(["ab", "abc"]), data_collator=collate
+    )
+    assert trainer.train().global_step == 1
+
+
+class RandomlyAugmented(Dataset):
+    """Draws from the global RNGs when an example is read, as a random augmentation does."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> dict:
+        import random
+
+        import numpy as np
+
+        noise = torch.rand(4) + random.random() + float(np.random.rand())
+        return {"x": noise, "labels": torch.tensor(float(index))}
+
+
+def test_looking_at_the_first_example_leaves_the_random_streams_as_they_were(tmp_path):
+    import random
+
+    import numpy as np
+
+    args = _args(TrainingArguments, str(tmp_path / "ours"), max_steps=1)
+    HFLightningTrainer(model=make_regression_mlp(), args=args, train_dataset=RandomlyAugmented())
+    # The constructor seeds (as the reference's); the next draws are the seed's first ones.
+    after = (torch.rand(1).item(), random.random(), float(np.random.rand()))
+    torch.manual_seed(args.seed), random.seed(args.seed), np.random.seed(args.seed)
+    assert after == (torch.rand(1).item(), random.random(), float(np.random.rand()))

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.no_transformers import BLOCK_TRANSFORMERS
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = textwrap.dedent(
     """
@@ -32,10 +34,15 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize(("log_level", "shown"), [("info", True), ("debug", True), ("warning", False)])
-def test_the_running_training_banner_follows_log_level(tmp_path, log_level, shown):
+@pytest.mark.parametrize(
+    ("log_level", "shown", "transformers_installed"),
+    [("info", True, True), ("debug", True, True), ("warning", False, True), ("info", True, False)],
+)
+def test_the_running_training_banner_follows_log_level(tmp_path, log_level, shown, transformers_installed):
+    # With transformers the banner goes to its logger (prefixed "[transformers] "), without it to ours.
+    script = SCRIPT if transformers_installed else BLOCK_TRANSFORMERS + SCRIPT
     completed = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "out"), log_level],
+        [sys.executable, "-c", script, str(tmp_path / "out"), log_level],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -44,3 +51,11 @@ def test_the_running_training_banner_follows_log_level(tmp_path, log_level, show
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert ("***** Running training *****" in completed.stderr) is shown, completed.stderr[-3000:]
+    printed = [line.removeprefix("[transformers] ") for line in completed.stderr.splitlines()]
+    assert ("[transformers] ***** Running training *****" in completed.stderr) is (shown and transformers_installed)
+    if shown:  # every line of the reference's banner
+        for line in ("  Num update steps per epoch = 1", "  Instantaneous batch size per device = 8",
+                     "  Total train batch size (w. parallel, distributed & accumulation) = 8",
+                     "  Gradient Accumulation steps = 1", "  Total optimization steps = 1",
+                     "  Number of trainable parameters = 3"):  # fmt: skip
+            assert line in printed, (line, completed.stderr[-3000:])

@@ -189,6 +189,13 @@ def test_sigterm_ends_the_process_as_the_reference(tmp_path):
     assert stderr.count(TERMINATED_MESSAGE) == 1 and "Traceback" not in stderr
     # The checkpoints of the steps before the signal are there and whole; nothing after it.
     assert [step for step, _ in list_checkpoints(str(tmp_path / "ours" / "run"))] == [2]
+    # The same line names it and the call that resumes from it.
+    checkpoint = str(tmp_path / "ours" / "run" / "checkpoint-2")
+    line = next(line for line in stderr.splitlines() if line.startswith(TERMINATED_MESSAGE))
+    assert line.endswith(
+        f" Stopped at step 3; last complete checkpoint: {checkpoint}; resume with: "
+        f"trainer.train(resume_from_checkpoint={checkpoint!r})"
+    ), line
 
 
 @pytest.mark.slow
@@ -270,6 +277,11 @@ def test_sigint_raises_keyboard_interrupt_out_of_train(tmp_path):
     status, child = run_with_signal(tmp_path, our_training(tmp_path / "run"), "step:3", signal.SIGINT)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, child.result()
     assert child.result() == {"raised": "KeyboardInterrupt", "sigint_handler": "default_int_handler"}
+    checkpoint = str(tmp_path / "run" / "checkpoint-2")
+    assert (
+        f"hf_lightning: train() interrupted (Ctrl+C) at step 3; last complete checkpoint: {checkpoint}; resume "
+        f"with: trainer.train(resume_from_checkpoint={checkpoint!r})"
+    ) in child.stderr().splitlines(), child.stderr()[-3000:]
 
 
 def test_sigint_in_the_reference_is_keyboard_interrupt_too(tmp_path):

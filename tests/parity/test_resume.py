@@ -285,8 +285,11 @@ def test_skipped_batches_are_never_loaded(tmp_path):
         dataset = CountingDataset(regression_data(24))
         train(library, tmp_path / library, dataset, resume=True, make_model=linear_regressor, **settings)
         loaded[library] = dataset.loaded
-    assert len(loaded["ours"]) == 4 * 2 + 2  # the 4 resumed steps' items, plus one batch fetched ahead
-    assert loaded["ours"] == loaded["reference"]
+    # Ours reads the first example once more, when the Trainer is built (engine/input_checks.py: can the default
+    # collator batch it?); then exactly the reference's items.
+    assert loaded["ours"][0] == 0
+    assert len(loaded["ours"][1:]) == 4 * 2 + 2  # the 4 resumed steps' items, plus one batch fetched ahead
+    assert loaded["ours"][1:] == loaded["reference"]
 
 
 def linear_regressor(seed: int = 0) -> LinearRegressor:
@@ -515,25 +518,34 @@ def test_stateful_callbacks_restored_like_the_reference(tmp_path, restore):
     assert ours[0][-1] == reference[0][-1] == ("CountingCallback" if restore else "PrinterCallback")
 
 
-def test_save_only_model_checkpoint_restarts_the_schedule_like_the_reference(tmp_path):
-    """3.3: weights and trainer state restored; optimizer and scheduler start fresh."""
+def test_save_only_model_checkpoint_restarts_the_schedule_in_the_reference_and_is_refused_here(tmp_path):
+    """3.3: the reference restores the weights and trainer state and starts the optimizer and schedule afresh,
+    silently; ours refuses the checkpoint before training, naming save_only_model (docs/divergences.md)."""
     settings = dict(max_steps=6, save_steps=2, save_only_model=True, learning_rate=5e-5)
-    rates = {}
     for library in ("reference", "ours"):
+        train(library, tmp_path / library, regression_data(16), stop_at=2, make_model=linear_regressor, **settings)
+    resumed = train(
+        "reference",
+        tmp_path / "reference",
+        regression_data(16),
+        resume=str(tmp_path / "reference" / "checkpoint-2"),
+        make_model=linear_regressor,
+        **settings,
+    )
+    rates = [e["learning_rate"] for e in step_logs(resumed.log_history)[2:]]
+    assert rates == pytest.approx([5e-05, 4.1667e-05, 3.3333e-05, 2.5e-05], rel=1e-3)  # the schedule restarted
+    before = sorted(path.name for path in (tmp_path / "ours").iterdir())
+    with pytest.raises(ValueError, match=r"checkpoint-2.*save_only_model=True") as refused:
         train(
-            library, tmp_path / library, regression_data(16), stop_at=2, make_model=linear_regressor, **settings
-        )
-        resumed = train(
-            library,
-            tmp_path / library,
+            "ours",
+            tmp_path / "ours",
             regression_data(16),
-            resume=str(tmp_path / library / "checkpoint-2"),
+            resume=str(tmp_path / "ours" / "checkpoint-2"),
             make_model=linear_regressor,
             **settings,
         )
-        rates[library] = [e["learning_rate"] for e in step_logs(resumed.log_history)[2:]]
-    assert rates["ours"] == pytest.approx(rates["reference"], rel=1e-9)
-    assert rates["ours"] == pytest.approx([5e-05, 4.1667e-05, 3.3333e-05, 2.5e-05], rel=1e-3)
+    assert "optimizer" in str(refused.value) and "load_state_dict" in str(refused.value)
+    assert sorted(path.name for path in (tmp_path / "ours").iterdir()) == before  # nothing trained or saved
 
 
 class StreamOfItems(torch.utils.data.IterableDataset):

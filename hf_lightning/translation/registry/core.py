@@ -114,6 +114,7 @@ class FieldEntry:
     default: Any
     handler: Handler
     doc: str
+    support: str | None = None  # the README's "supported" cell when it is not "yes" (e.g. only the default is)
 
 
 # ---------------------------------------------------------------- handler factories

@@ -235,7 +235,13 @@ ENTRIES: list[FieldEntry] = [
 
 # After the distributed fields in the reference's order.
 TAIL_ENTRIES: list[FieldEntry] = [
-    FieldEntry("debug", "", _debug, "debug options: refused"),
+    FieldEntry(
+        "debug",
+        "",
+        _debug,
+        "empty only: each option (`underflow_overflow`, `tpu_metrics_debug`) is refused with its reason",
+        support="default only",
+    ),
     FieldEntry(
         "skip_memory_metrics",
         True,

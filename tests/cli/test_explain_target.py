@@ -1,0 +1,63 @@
+"""`hf-lightning explain args.json --accelerator gpu --devices 8 --num_nodes 2` previews a GPU run's translation on
+a CPU machine: the arguments are checked and translated for the target, not for this machine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hf_lightning.args.validation import _bf16_accelerator_available
+from hf_lightning.cli.main import main
+from hf_lightning.translation.environment import Environment
+
+GPU_RUN = {"output_dir": "out", "bf16": True, "tf32": True, "per_device_train_batch_size": 4}
+
+
+@pytest.fixture
+def args_json(tmp_path):
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps(GPU_RUN), encoding="utf-8")
+    return str(path)
+
+
+def _row(out: str, field: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith(field + " "))
+
+
+def test_a_bf16_run_is_refused_for_this_cpu_machine_and_says_how_to_preview_it(args_json, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # this machine: a CPU one (as in CI)
+    assert main(["explain", args_json]) == 2
+    error = capsys.readouterr().err
+    assert "bf16" in error and "--accelerator gpu" in error
+
+
+def test_a_gpu_run_translates_for_the_target_machine(args_json, capsys):
+    precision = torch.backends.fp32_precision
+    assert main(["explain", args_json, "--accelerator", "gpu", "--devices", "8", "--num_nodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Target machine: 8 gpu process(es) per node x 2 node(s) (world size 16)")
+    assert "accelerator='gpu', devices=8, num_nodes=2" in _row(out, "use_cpu")
+    assert "honoured" in _row(out, "bf16") and "honoured" in _row(out, "tf32")
+    # This machine's TF32 is left as it was (tf32=True was checked for the target), and its checks are its own again.
+    assert torch.backends.fp32_precision == precision
+    assert _bf16_accelerator_available() is bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def test_a_cpu_target_with_several_processes(tmp_path, capsys):
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"output_dir": "out", "use_cpu": True}), encoding="utf-8")
+    assert main(["explain", str(path), "--accelerator", "cpu", "--devices", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "world size 2" in out and "devices=2" in _row(out, "use_cpu")
+
+
+def test_the_target_environment():
+    env = Environment.for_target("gpu", devices=4, num_nodes=2)
+    assert (env.cuda_available, env.cuda_device_count, env.world_size, env.local_world_size, env.num_nodes) == (
+        True, 4, 8, 4, 2,
+    )  # fmt: skip
+    assert env.is_distributed_launch and not env.mps_available
+    with pytest.raises(ValueError, match="accelerator='tpu'"):
+        Environment.for_target("tpu")
