@@ -9,8 +9,8 @@ from __future__ import annotations
 import warnings
 from typing import TypeVar
 
+from hf_lightning.args.reference_rules import to_enum
 from hf_lightning.args.user_warnings import user_stacklevel
-from hf_lightning.args.validation import to_enum
 from hf_lightning.core.enums import HubStrategy, IntervalStrategy, OptimizerNames, SaveStrategy, SchedulerType
 
 __all__ = ["TrainingArgumentsSetters"]

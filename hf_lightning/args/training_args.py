@@ -1,8 +1,9 @@
 """``TrainingArguments`` and ``Seq2SeqTrainingArguments``: the reference's arguments, without transformers.
 
 Same fields, order and defaults as transformers 5.24 (see ``args/fields.py``), the same
-``__post_init__`` normalisation (R1.2), validation (``args/validation.py``: the reference's rules, after
-our checks of every field's type, range and combinations, which the reference leaves to ``train()``), v4 keyword aliases
+``__post_init__`` normalisation (R1.2), validation (``args/reference_rules.py``: the reference's rules, after
+``args/validation.py``: our checks of every field's type, range and combinations, which the reference leaves to
+``train()``), v4 keyword aliases
 (``args/aliases.py``), serialisation and helpers. Unlike the reference, building the arguments does
 not set up accelerate or a process group: the process layout is read from the launcher's env
 variables, and the device is derived lazily (``args/process.py``).
@@ -29,16 +30,16 @@ from hf_lightning.args.deepspeed_config import deepspeed_fill_at_construction, l
 from hf_lightning.args.fields import TrainingArgumentsFields, convert_str_dict
 from hf_lightning.args.parallel import process_fsdp_args
 from hf_lightning.args.process import TrainingArgumentsProcess, mps_available, transformers_verbosity
-from hf_lightning.args.setters import TrainingArgumentsSetters
-from hf_lightning.args.user_warnings import user_stacklevel
-from hf_lightning.args.validation import (
+from hf_lightning.args.reference_rules import (
     accelerator_assumed,
     check_eval_steps_available,
     check_tf32_supported,
-    check_values,
     to_enum,
     validate_arguments,
 )
+from hf_lightning.args.setters import TrainingArgumentsSetters
+from hf_lightning.args.user_warnings import user_stacklevel
+from hf_lightning.args.validation import check_values
 from hf_lightning.core.enums import (
     DebugOption,
     HubStrategy,

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hf_lightning.args.validation import assumed_accelerator
+from hf_lightning.args.reference_rules import assumed_accelerator
 from hf_lightning.cli.lightning_cli import SUBCOMMANDS  # stdlib-only at import: --help stays instant
 from hf_lightning.cli.lightning_cli import main as lightning_cli_main
 from hf_lightning.translation.environment import Environment

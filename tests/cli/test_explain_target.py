@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from hf_lightning.args.validation import _bf16_accelerator_available
+from hf_lightning.args.reference_rules import _bf16_accelerator_available
 from hf_lightning.cli.main import main
 from hf_lightning.translation.environment import Environment
 
