@@ -185,11 +185,12 @@ class _FacadeCopy:
 def snapshot_for_writing(facade: Any) -> _FacadeCopy:
     """Copy, on the training thread, everything a checkpoint holds as it is now."""
     args = facade.args
+    plan = facade.plan
     replaced: dict[str, Any] = {}
     should_save = args.should_save
     model_state = copy_state(facade.model.state_dict()) if should_save else None
     replaced["model"] = _ModelCopy(facade.model, model_state)
-    if should_save and not args.save_only_model:
+    if should_save and not plan.checkpointing.save_only_model:
         replaced["optimizer"] = _StateDictCopy(copy_state(facade.optimizer.state_dict()))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
@@ -256,7 +257,7 @@ class BackgroundCheckpointWriter:
             target=self._write, args=(checkpointer, view, save, group), name="hf_lightning-checkpoint-writer"
         )
         self._thread.start()
-        if facade.args.push_to_hub:
+        if facade.plan.hub.push_to_hub:
             # The push reads the committed folder: wait for it, then push from the training thread.
             self.wait()
             facade._push_checkpoint(save.final_dir)

@@ -118,7 +118,7 @@ class Checkpointer:
         with writeback_while_writing(temporary_dir) as start_writeback:
             source.save_model(temporary_dir, _internal_call=True)
             start_writeback()
-            if not source.args.save_only_model:
+            if not source.plan.checkpointing.save_only_model:
                 source._save_optimizer_and_scheduler(temporary_dir)
                 start_writeback()
                 source._save_scaler(temporary_dir)
@@ -147,7 +147,7 @@ class Checkpointer:
         reach("rotate")
         rotate_checkpoints(
             run_dir,
-            source.args.save_total_limit,
+            source.plan.checkpointing.save_total_limit,
             source.state.best_model_checkpoint,
             newest=final_dir,
             token=token,
@@ -158,7 +158,7 @@ class Checkpointer:
         # under its final name only after the commit, and trainer_state.json must already name it.
         state = self.trainer.state
         best_step = state.best_global_step
-        if enum_value(self.trainer.args.save_strategy) not in BEST_TRACKING_SAVE_STRATEGIES or not best_step:
+        if enum_value(self.trainer.plan.checkpointing.save_strategy) not in BEST_TRACKING_SAVE_STRATEGIES or not best_step:
             return
         best_dir = os.path.join(run_dir, checkpoint_folder_name(best_step))
         if best_dir == final_dir or os.path.exists(best_dir):
@@ -170,20 +170,20 @@ class Checkpointer:
         """With `save_total_limit == 1` and a best checkpoint, delete every other checkpoint (the reference's end of
         training)."""
         trainer = self.trainer
-        args, state = trainer.args, trainer.state
-        if not args.should_save or state.best_model_checkpoint is None:
+        state, limit = trainer.state, trainer.plan.checkpointing.save_total_limit
+        if not trainer.args.should_save or state.best_model_checkpoint is None:
             return
         run_dir = trainer._get_output_dir(trial)
         checkpoints = list_checkpoints(run_dir)
-        doomed = checkpoints_to_delete_at_train_end(checkpoints, args.save_total_limit, state.best_model_checkpoint)
-        if args.save_total_limit == 1 and len(checkpoints) > 1 and not doomed:
+        doomed = checkpoints_to_delete_at_train_end(checkpoints, limit, state.best_model_checkpoint)
+        if limit == 1 and len(checkpoints) > 1 and not doomed:
             # Only when the best folder is gone; the reference raises FileNotFoundError here.
             logger.warning(
                 f"save_total_limit=1: the best checkpoint {state.best_model_checkpoint} is not in {run_dir}; "
                 "no checkpoint was deleted at the end of training."
             )
         for path in doomed:
-            logger.info(f"Deleting older checkpoint [{path}] due to args.save_total_limit")
+            logger.info(f"Deleting older checkpoint [{path}] due to plan.checkpointing.save_total_limit")
             # Only the processes allowed to save get here, so no collective: the token is this process's pid.
             delete_checkpoint(path, str(os.getpid()))
 

@@ -262,6 +262,7 @@ class Resumer:
             return
         trainer = self.trainer
         args = trainer.args
+        plan = trainer.plan
         if resume_from_checkpoint is True:
             checkpoint = _newest_complete_checkpoint(args)
         elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
@@ -298,7 +299,7 @@ class Resumer:
             except ValueError as error:  # safe_torch_load's refusal, naming the file
                 raise ValueError(_refusal(checkpoint, str(error))) from error
         position_path = os.path.join(checkpoint, DATASET_POSITION_NAME)
-        if os.path.isfile(position_path) and not args.ignore_data_skip:
+        if os.path.isfile(position_path) and not plan.checkpointing.ignore_data_skip:
             files.dataset_position = read_position_record(position_path)
         if io.loads_weights_before_training:  # the reference's moment: before the optimizer exists
             trainer._load_from_checkpoint(checkpoint)
@@ -318,6 +319,7 @@ class Resumer:
         trainer = self.trainer
         point = self.point = ResumePoint(files)
         args = trainer.args
+        plan = trainer.plan
         trainer.state = TrainerState.load_from_json(os.path.join(files.checkpoint, TRAINER_STATE_NAME))
         best = trainer.state.best_model_checkpoint
         if best is not None and not os.path.isdir(best):
@@ -327,11 +329,11 @@ class Resumer:
             )
             trainer.state.best_model_checkpoint = None
         _warn_on_argument_mismatch(args, trainer.state)
-        if args.restore_callback_states_from_checkpoint:
+        if plan.checkpointing.restore_callback_states_from_checkpoint:
             trainer._load_callback_state()
         upe = values.num_update_steps_per_epoch
         point.epochs_trained = int(trainer.state.global_step // upe)
-        if not args.ignore_data_skip:
+        if not plan.checkpointing.ignore_data_skip:
             point.steps_trained_in_current_epoch = (
                 trainer.state.global_step % upe
             ) * trainer.plan.module.gradient_accumulation_steps

@@ -173,7 +173,7 @@ class CheckpointMixin(MetricsIOMixin):
 
     def _push_checkpoint(self, final_dir: str) -> None:
         """Push the committed checkpoint when `push_to_hub` is set."""
-        if self.args.push_to_hub:
+        if self.plan.hub.push_to_hub:
             self._push_from_checkpoint(final_dir)  # integrations/hub.py (world process zero only)
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
@@ -248,9 +248,9 @@ class CheckpointMixin(MetricsIOMixin):
         """Update `best_metric` (and `best_global_step`) from an evaluation; True when it improved (CKPT-3.7)."""
         import numpy as np
 
-        if self.args.metric_for_best_model is None:
+        if self.plan.checkpointing.metric_for_best_model is None:
             return False
-        metric_to_check = self.args.metric_for_best_model
+        metric_to_check = self.plan.checkpointing.metric_for_best_model
         if not metric_to_check.startswith("eval_"):
             metric_to_check = f"eval_{metric_to_check}"
         try:
@@ -261,13 +261,13 @@ class CheckpointMixin(MetricsIOMixin):
                 f"the evaluation metrics. The available evaluation metrics are: {list(metrics.keys())}. Consider "
                 "changing the `metric_for_best_model` via the TrainingArguments."
             ) from exc
-        operator = np.greater if self.args.greater_is_better else np.less
+        operator = np.greater if self.plan.checkpointing.greater_is_better else np.less
         if self.state.best_metric is None:
-            self.state.best_metric = float("-inf") if self.args.greater_is_better else float("inf")
+            self.state.best_metric = float("-inf") if self.plan.checkpointing.greater_is_better else float("inf")
         if not operator(metric_value, self.state.best_metric):
             return False
         self.state.best_metric = metric_value
-        if enum_value(self.args.save_strategy) in BEST_TRACKING_SAVE_STRATEGIES:
+        if enum_value(self.plan.checkpointing.save_strategy) in BEST_TRACKING_SAVE_STRATEGIES:
             self.state.best_global_step = self.state.global_step
         return True
 
@@ -337,8 +337,8 @@ class CheckpointMixin(MetricsIOMixin):
         if output_dir is None:
             output_dir = self.args.output_dir
         self._checkpoint_io.save_model(self, output_dir)  # all ranks: a sharded strategy gathers
-        if self.args.push_to_hub and not _internal_call:
-            self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
+        if self.plan.hub.push_to_hub and not _internal_call:
+            self.push_to_hub(commit_message="Model save", revision=self.plan.hub.revision)
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """Weights (`save_pretrained` or a flat safetensors file), processing class files, `training_args.bin`."""

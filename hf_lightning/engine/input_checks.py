@@ -236,7 +236,12 @@ def check_constructor_arguments(trainer: Any) -> None:
             "`args.metric_for_best_model` must be provided when using 'best' save_strategy or if "
             "`args.load_best_model_at_end` is set to `True`."
         )
-    check_metric_object_arguments(trainer.compute_metrics, args, trainer.get_tp_size())
+    check_metric_object_arguments(
+        trainer.compute_metrics,
+        getattr(args, "batch_eval_metrics", False),
+        getattr(args, "include_for_metrics", None),
+        trainer.get_tp_size(),
+    )
     if args.batch_eval_metrics and trainer.compute_metrics is not None:
         if "compute_result" not in inspect.signature(trainer.compute_metrics).parameters:
             raise ValueError(

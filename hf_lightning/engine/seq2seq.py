@@ -240,7 +240,7 @@ class HFLightningSeq2SeqTrainer(HFLightningTrainer):
             else:
                 loss = None
 
-        if self.args.prediction_loss_only:
+        if self.plan.evaluation.prediction_loss_only:
             return loss, None, None
 
         if has_labels:

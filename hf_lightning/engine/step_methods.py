@@ -228,7 +228,7 @@ class TrainingStepMixin:
         logging_connector.loss.add(
             loss_step,
             steps_since_log=1 + self.state.global_step - logging_connector.globalstep_last_logged,
-            filter_non_finite=self.args.logging_nan_inf_filter,
+            filter_non_finite=self.plan.logging.nan_inf_filter,
         )
 
     def _clip_grad_norm(self, model: nn.Module) -> float:
@@ -273,7 +273,7 @@ class TrainingStepMixin:
         if self.control.should_evaluate:
             metrics = self._evaluate(run.trial, run.ignore_keys_for_eval)
             is_new_best_metric = self._determine_best_metric(metrics=metrics, trial=run.trial)
-            if enum_value(self.args.save_strategy) == "best":
+            if enum_value(self.plan.checkpointing.save_strategy) == "best":
                 self.control.should_save = is_new_best_metric
         if self.control.should_save or run.signals.checkpoint_pending():
             run.checkpointing.save_at_step_boundary(run.trial)  # a SIGTERM checkpoint (enable_jit_checkpoint) whatever the save rule said

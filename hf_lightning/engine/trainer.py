@@ -226,7 +226,7 @@ class HFLightningTrainer(
         self.add_callback(PrinterCallback if args.disable_tqdm else default_progress_callback())
 
         self.hub_model_id = None  # set by init_hf_repo (integrations/hub.py) when push_to_hub is on
-        if args.push_to_hub:
+        if self.plan.hub.push_to_hub:
             self.init_hf_repo()  # a wrong or missing token fails here, before any training
         if args.should_save:
 
@@ -293,14 +293,15 @@ class HFLightningTrainer(
         """The reference's `place_model_on_device`: the argument's value, else not under model parallelism,
         DeepSpeed (the engine places the model) or full fp16 / bf16 evaluation; then move the model."""
         args = self.args
+        plan = self.plan
         if args.place_model_on_device is not None:
             self.place_model_on_device = args.place_model_on_device
         else:
             self.place_model_on_device = not (
                 self.is_model_parallel
                 or self.is_deepspeed_enabled
-                or args.fp16_full_eval
-                or args.bf16_full_eval
+                or plan.evaluation.fp16_full_eval
+                or plan.evaluation.bf16_full_eval
             )
         if self.place_model_on_device:
             model.to(args.device)
@@ -375,7 +376,7 @@ class HFLightningTrainer(
                 return []
             return list(chosen) if isinstance(chosen, (list, tuple)) else [chosen]
         if self._loggers_before_training is None:
-            if not self.plan.loggers:
+            if not self.plan.logging.loggers:
                 return []
 
             self._loggers_before_training = build_loggers(self.plan)
@@ -425,7 +426,7 @@ class HFLightningTrainer(
 
         outer_run, self._training_run = self._training_run, TrainingRun(self, trial, ignore_keys_for_eval)
         try:
-            with hub_progress_bars_suppressed(self.args.push_to_hub):
+            with hub_progress_bars_suppressed(self.plan.hub.push_to_hub):
                 return self._training_run.execute(resume_from_checkpoint)
         finally:
             self._training_run = outer_run  # None again once the outermost train() returns

@@ -44,7 +44,7 @@ def log_training_banner(trainer: TrainerLike, values: Any, resume_point: Any | N
         f"  Resuming training from checkpoint with epoch {resume_point.epochs_trained} and global step "
         f"{trainer.state.global_step}"
     )
-    if not trainer.args.ignore_data_skip:
+    if not trainer.plan.checkpointing.ignore_data_skip:
         logger.info(
             f"  Fast-forwarding the dataloader past {resume_point.epochs_trained} epochs and"
             f" {resume_point.steps_trained_in_current_epoch} batches to resume from the exact training state."

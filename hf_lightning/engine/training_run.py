@@ -82,7 +82,7 @@ class TrainingRun:
                 trainer.model.to(args.device)
             trainer.model_wrapped = trainer.model
         if (
-            (args.fp16_full_eval or args.bf16_full_eval)
+            (trainer.plan.evaluation.fp16_full_eval or trainer.plan.evaluation.bf16_full_eval)
             and not trainer.is_model_parallel
             and trainer.model_init is None
         ):
@@ -224,7 +224,7 @@ class TrainingRun:
         metrics["train_loss"] = train_loss
         trainer._memory_tracker.stop_and_update_metrics(metrics, stage="train")
         trainer.log(metrics)
-        if trainer.args.load_best_model_at_end and trainer.state.best_model_checkpoint is not None:
+        if trainer.plan.checkpointing.load_best_model_at_end and trainer.state.best_model_checkpoint is not None:
             trainer._load_best_model()
         self.checkpointing.rotate_at_train_end(trainer._trial)
         trainer._fire("on_train_end")
@@ -294,7 +294,7 @@ class _TrainBeginBridge(pl.Callback):
             logger.log_hyperparams(facade.args.to_sanitized_dict())
             publish_run_texts(logger, facade.args, facade.model)
         facade._fire("on_train_begin")
-        if facade.args.eval_on_start:
+        if facade.plan.evaluation.on_start:
             facade._evaluate(run.trial, run.ignore_keys_for_eval, skip_scheduler=True)  # before any step
         # Lightning calls every callback on every batch, and this one is done. Rebinding the list (rather than
         # removing from it) leaves the hook loop that is calling us undisturbed.

@@ -68,8 +68,9 @@ class EvaluationLoop:
         """The loop shared by `evaluate()` ("Evaluation") and `predict()` ("Prediction"), with or without labels."""
         trainer = self.trainer
         args = trainer.args
+        plan = trainer.plan
         prediction_loss_only = (
-            prediction_loss_only if prediction_loss_only is not None else args.prediction_loss_only
+            prediction_loss_only if prediction_loss_only is not None else plan.evaluation.prediction_loss_only
         )
 
         self._prepare_distributed(dataloader)
@@ -78,9 +79,9 @@ class EvaluationLoop:
 
         # Full fp16 / bf16 evaluation outside training casts the model itself (in place, as the reference).
         if not trainer.is_in_train:
-            if args.fp16_full_eval:
+            if plan.evaluation.fp16_full_eval:
                 model = model.to(dtype=torch.float16, device=args.device)
-            elif args.bf16_full_eval:
+            elif plan.evaluation.bf16_full_eval:
                 model = model.to(dtype=torch.bfloat16, device=args.device)
 
         batch_size = args.eval_batch_size
@@ -100,18 +101,18 @@ class EvaluationLoop:
         trainer.callback_handler.eval_dataloader = dataloader
         eval_dataset = getattr(dataloader, "dataset", None)
 
-        all_losses = EvalLoopContainer(args.eval_do_concat_batches, padding_index=-100)
-        all_preds = EvalLoopContainer(args.eval_do_concat_batches, padding_index=-100)
-        all_labels = EvalLoopContainer(args.eval_do_concat_batches, padding_index=-100)
-        all_inputs = EvalLoopContainer(args.eval_do_concat_batches, padding_index=-100)
+        all_losses = EvalLoopContainer(plan.evaluation.do_concat_batches, padding_index=-100)
+        all_preds = EvalLoopContainer(plan.evaluation.do_concat_batches, padding_index=-100)
+        all_labels = EvalLoopContainer(plan.evaluation.do_concat_batches, padding_index=-100)
+        all_inputs = EvalLoopContainer(plan.evaluation.do_concat_batches, padding_index=-100)
 
         metrics = None
         eval_set_kwargs: dict[str, Any] = {}
         # Counted for datasets without a length.
         observed_num_examples = 0
-        keep_results = not args.batch_eval_metrics or description == "Prediction"
+        keep_results = not plan.evaluation.batch_eval_metrics or description == "Prediction"
         # A torchmetrics object is updated per batch: evaluate() then gathers and keeps no predictions.
-        streaming = streaming_metrics_for(trainer.compute_metrics, args, tensor_parallel_size(trainer))
+        streaming = streaming_metrics_for(trainer.compute_metrics, plan.evaluation, tensor_parallel_size(trainer))
         streamed_any = False
         if streaming is not None:
             streaming.reset()
@@ -139,7 +140,7 @@ class EvaluationLoop:
                     main_input_name = getattr(trainer.model, "main_input_name", "input_ids")
                     inputs_decode = (
                         trainer._prepare_input(inputs[main_input_name])
-                        if "inputs" in args.include_for_metrics
+                        if "inputs" in plan.evaluation.include_for_metrics
                         else None
                     )
 
@@ -179,11 +180,11 @@ class EvaluationLoop:
 
                     trainer.control = trainer.callback_handler.on_prediction_step(args, trainer.state, trainer.control)
 
-                    if args.batch_eval_metrics:
+                    if plan.evaluation.batch_eval_metrics:
                         if trainer.compute_metrics is not None and logits is not None and labels is not None:
                             batch_kwargs = {
-                                "losses": losses if "loss" in args.include_for_metrics else None,
-                                "inputs": inputs if "inputs" in args.include_for_metrics else None,
+                                "losses": losses if "loss" in plan.evaluation.include_for_metrics else None,
+                                "inputs": inputs if "inputs" in plan.evaluation.include_for_metrics else None,
                             }
                             metrics = trainer.compute_metrics(
                                 EvalPrediction(predictions=logits, label_ids=labels, **batch_kwargs),
@@ -192,8 +193,8 @@ class EvaluationLoop:
                         del losses, logits, labels, inputs
                         empty_device_cache()
                     elif (
-                        args.eval_accumulation_steps is not None
-                        and (step + 1) % args.eval_accumulation_steps == 0
+                        plan.evaluation.accumulation_steps is not None
+                        and (step + 1) % plan.evaluation.accumulation_steps == 0
                     ):
                         # Free device memory: move what was gathered so far to numpy.
                         all_losses.to_cpu_and_numpy()
@@ -221,10 +222,10 @@ class EvaluationLoop:
             trainer.compute_metrics is not None
             and all_preds is not None
             and all_labels is not None
-            and not args.batch_eval_metrics
+            and not plan.evaluation.batch_eval_metrics
         ):
-            eval_set_kwargs["losses"] = all_losses if "loss" in args.include_for_metrics else None
-            eval_set_kwargs["inputs"] = all_inputs if "inputs" in args.include_for_metrics else None
+            eval_set_kwargs["losses"] = all_losses if "loss" in plan.evaluation.include_for_metrics else None
+            eval_set_kwargs["inputs"] = all_inputs if "inputs" in plan.evaluation.include_for_metrics else None
             metrics = trainer.compute_metrics(
                 EvalPrediction(predictions=all_preds, label_ids=all_labels, **eval_set_kwargs)
             )
@@ -237,7 +238,7 @@ class EvaluationLoop:
         losses = np.concatenate(all_losses) if isinstance(all_losses, list) and all_losses else all_losses
         if isinstance(losses, np.ndarray):
             finite = np.isfinite(losses)
-            if args.logging_nan_inf_filter and finite.any():
+            if plan.logging.nan_inf_filter and finite.any():
                 losses = losses[finite]
             metrics[f"{metric_key_prefix}_loss"] = losses.mean().item()
         if hasattr(trainer, "model_preparation_time"):
@@ -263,7 +264,7 @@ class EvaluationLoop:
         (docs/divergences.md).
         """
         if distributed.is_distributed() and not self._one_replica():
-            if getattr(self.trainer.args, "eval_use_gather_object", False) or not distributed.all_tensors(data):
+            if self.trainer.plan.evaluation.use_gather_object or not distributed.all_tensors(data):
                 data = distributed.gather_object(data)
             else:
                 data = distributed.gather(data)

@@ -46,6 +46,9 @@ class EvaluationMixin:
     # `trainer.accelerator.gradient_state` read where it stands.
     _current_evaluation: EvaluationLoop | None = None
 
+    def _read_changed_arguments(self) -> None:
+        """The facade translates arguments changed since its plan was made (engine/trainer.py); nothing here."""
+
     # ----------------------------------------------------------------------------------------------------
     # public API
     # ----------------------------------------------------------------------------------------------------
@@ -61,6 +64,7 @@ class EvaluationMixin:
         A dict of datasets is evaluated one by one with `metric_key_prefix=f"{prefix}_{name}"` and the results
         merged. The result holds `epoch` because `log()` adds it to the same dict.
         """
+        self._read_changed_arguments()  # what a script set on `args` since the plan was made is read
         override = eval_dataset is not None
         eval_dataset = eval_dataset if override else self.eval_dataset
         if isinstance(eval_dataset, dict):
@@ -81,7 +85,7 @@ class EvaluationMixin:
         output = self.evaluation_loop(
             eval_dataloader,
             description="Evaluation",
-            # No point gathering predictions without metrics; otherwise `args.prediction_loss_only` decides.
+            # No point gathering predictions without metrics; otherwise `plan.evaluation.prediction_loss_only` decides.
             prediction_loss_only=True if self.compute_metrics is None else None,
             ignore_keys=ignore_keys,
             metric_key_prefix=metric_key_prefix,
@@ -101,6 +105,7 @@ class EvaluationMixin:
         Unlike `evaluate`, nothing is logged (no `epoch` key, `log_history` unchanged); `on_predict` fires.
         Predictions of different widths are padded with -100 on dim 1.
         """
+        self._read_changed_arguments()
         self._memory_tracker.start()
 
         test_dataloader = self.get_test_dataloader(test_dataset)
@@ -225,7 +230,7 @@ class EvaluationMixin:
         self._report_to_hp_search(trial, self.state.global_step, metrics)
 
         if is_metric_driven_scheduler(self.lr_scheduler) and not skip_scheduler:
-            metric_to_check = self.args.metric_for_best_model
+            metric_to_check = self.plan.checkpointing.metric_for_best_model
             if not metric_to_check.startswith("eval_"):
                 metric_to_check = f"eval_{metric_to_check}"
             try:

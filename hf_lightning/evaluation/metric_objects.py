@@ -65,8 +65,10 @@ def is_metric_object(compute_metrics: Any) -> bool:
     return isinstance(compute_metrics, (metric_class, MetricCollection))
 
 
-def check_metric_object_arguments(compute_metrics: Any, args: Any, tp_size: int = 1) -> None:
-    """Refuse the arguments that have no meaning with a metric object (`batch_eval_metrics`, `include_for_metrics`),
+def check_metric_object_arguments(
+    compute_metrics: Any, batch_eval_metrics: bool, include_for_metrics: Any, tp_size: int = 1
+) -> None:
+    """Refuse the settings that have no meaning with a metric object (`batch_eval_metrics`, `include_for_metrics`),
     and a tensor-parallel run (`tp_size` > 1), whose metric states would count every sample once per rank."""
     if compute_metrics is None or not is_metric_object(compute_metrics):
         return
@@ -76,13 +78,13 @@ def check_metric_object_arguments(compute_metrics: Any, args: Any, tp_size: int 
             "hf_lightning (their states would be synced over the tensor-parallel ranks, counting every sample "
             "tp_size times); pass compute_metrics as a function of EvalPrediction instead, or set tp_size=1"
         )
-    if getattr(args, "batch_eval_metrics", False):
+    if batch_eval_metrics:
         raise ValueError(
             "batch_eval_metrics=True with a torchmetrics object as compute_metrics: the metric object is already "
             "updated per batch and computed once at the end of the evaluation. Set batch_eval_metrics=False, or "
             "pass a callable taking `compute_result` instead of the metric object."
         )
-    included = list(getattr(args, "include_for_metrics", None) or [])
+    included = list(include_for_metrics or [])
     if included:
         raise ValueError(
             f"include_for_metrics={included!r} with a torchmetrics object as compute_metrics: a metric object is "
@@ -190,9 +192,10 @@ class StreamingMetrics:
         return {key: _as_number(key, values[key]) for key in ordered}
 
 
-def streaming_metrics_for(compute_metrics: Any, args: Any, tp_size: int = 1) -> StreamingMetrics | None:
-    """The `StreamingMetrics` of a metric-object `compute_metrics` (its arguments checked), None for a callable."""
+def streaming_metrics_for(compute_metrics: Any, settings: Any, tp_size: int = 1) -> StreamingMetrics | None:
+    """The `StreamingMetrics` of a metric-object `compute_metrics` (checked against the plan's evaluation
+    `settings`), None for a callable."""
     if compute_metrics is None or not is_metric_object(compute_metrics):
         return None
-    check_metric_object_arguments(compute_metrics, args, tp_size)
+    check_metric_object_arguments(compute_metrics, settings.batch_eval_metrics, settings.include_for_metrics, tp_size)
     return StreamingMetrics(compute_metrics)

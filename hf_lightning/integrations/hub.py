@@ -122,7 +122,7 @@ class HubMixin:
         return api
 
     def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
-        """Create (or reuse) the repo `args.hub_model_id` (default: the name of `output_dir`), process zero only.
+        """Create (or reuse) the repo `plan.hub.model_id` (default: the name of `output_dir`), process zero only.
 
         The token (`token`, else `args.hub_token`, else HF_TOKEN or the cached login) is checked with `whoami` first.
         """
@@ -130,11 +130,11 @@ class HubMixin:
             return
         from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError
 
-        repo_name = self.args.hub_model_id
+        repo_name = self.plan.hub.model_id
         if repo_name is None:
             repo_name = Path(self.args.output_dir).absolute().name
         token = token if token is not None else self.args.hub_token
-        private = private if private is not None else self.args.hub_private_repo
+        private = private if private is not None else self.plan.hub.private_repo
         api = self._hub_client()
         try:
             api.whoami(token=token)
@@ -165,10 +165,10 @@ class HubMixin:
         self.callback_handler.on_push_begin(self.args, self.state, self.control)
         model_name = kwargs.pop("model_name", None)
         if model_name is None and self.args.should_save:
-            if self.args.hub_model_id is None:
+            if self.plan.hub.model_id is None:
                 model_name = Path(self.args.output_dir).name
             else:
-                model_name = self.args.hub_model_id.split("/")[-1]
+                model_name = self.plan.hub.model_id.split("/")[-1]
         token = token if token is not None else self.args.hub_token
         if self.hub_model_id is None:
             self.init_hf_repo(token=token, private=private)
@@ -182,7 +182,7 @@ class HubMixin:
             kwargs["tags"] = tags + [tag for tag in model_tags if tag not in tags]
         self.create_model_card(model_name=model_name, **kwargs)
         if revision is None:
-            revision = self.args.hub_revision
+            revision = self.plan.hub.revision
         self._finish_current_push()
         return self._hub_client().upload_folder(
             repo_id=self.hub_model_id,
@@ -196,11 +196,11 @@ class HubMixin:
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         """After a save: the model files into `output_dir`, then the background push(es) `hub_strategy` asks for."""
-        strategy = enum_value(self.args.hub_strategy)
+        strategy = enum_value(self.plan.hub.strategy)
         if not self.is_world_process_zero() or strategy == "end":
             return
         in_progress = self.push_in_progress
-        if not self.args.hub_always_push and in_progress is not None and not in_progress.is_done():
+        if not self.plan.hub.always_push and in_progress is not None and not in_progress.is_done():
             return
         self.callback_handler.on_push_begin(self.args, self.state, self.control)
         output_dir = self.args.output_dir
@@ -214,7 +214,7 @@ class HubMixin:
 
         torch.save(training_args_to_plain_dict(self.args), os.path.join(output_dir, TRAINING_ARGS_NAME))
 
-        if enum_value(self.args.save_strategy) == "steps":
+        if enum_value(self.plan.checkpointing.save_strategy) == "steps":
             commit_message = f"Training in progress, step {self.state.global_step}"
         else:
             commit_message = f"Training in progress, epoch {int(self.state.epoch)}"
@@ -227,7 +227,7 @@ class HubMixin:
                 token=self.args.hub_token,
                 run_as_future=True,
                 ignore_patterns=push_ignore_patterns(checkpoint=False),
-                revision=self.args.hub_revision,
+                revision=self.plan.hub.revision,
             )
         ]
         if strategy in ("checkpoint", "all_checkpoints"):
@@ -241,7 +241,7 @@ class HubMixin:
                     token=self.args.hub_token,
                     run_as_future=True,
                     ignore_patterns=push_ignore_patterns(checkpoint=True),
-                    revision=self.args.hub_revision,
+                    revision=self.plan.hub.revision,
                 )
             )
         if in_progress is None or in_progress.is_done():

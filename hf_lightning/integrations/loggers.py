@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
 
 def build_loggers(plan: Plan, now: datetime | None = None) -> list[Any]:
-    """Lightning logger objects for `plan.loggers`; call it when training starts (the reference times its
+    """Lightning logger objects for `plan.logging.loggers`; call it when training starts (the reference times its
     TensorBoard directory then). Imports Lightning's logger modules lazily."""
-    return [BACKENDS[spec["name"]].build(spec, now) for spec in plan.loggers]
+    return [BACKENDS[spec["name"]].build(spec, now) for spec in plan.logging.loggers]
 
 
 def publish_run_texts(pl_logger: Any, args: Any, model: Any) -> None:

@@ -61,6 +61,56 @@ class ModuleSettings:
 
 
 @dataclass(frozen=True)
+class EvaluationSettings:
+    """What `evaluate()` / `predict()` read (evaluation/): the reference's defaults for arguments lacking a field."""
+
+    on_start: bool = False  # eval_on_start
+    prediction_loss_only: bool = False
+    accumulation_steps: int | None = None  # eval_accumulation_steps
+    do_concat_batches: bool = True  # eval_do_concat_batches
+    use_gather_object: bool = False  # eval_use_gather_object
+    batch_eval_metrics: bool = False
+    include_for_metrics: tuple[str, ...] = ()
+    fp16_full_eval: bool = False
+    bf16_full_eval: bool = False
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """What the checkpoint saves, the best model and the resume read (checkpoint/)."""
+
+    save_strategy: str = "steps"
+    save_total_limit: int | None = None
+    save_only_model: bool = False
+    metric_for_best_model: str | None = None
+    greater_is_better: bool | None = None
+    load_best_model_at_end: bool = False
+    restore_callback_states_from_checkpoint: bool = False
+    ignore_data_skip: bool = False
+
+
+@dataclass(frozen=True)
+class LoggingSettings:
+    """What the run's logging reads: the loss filter and the trackers' specs (translation/logger_specs.py)."""
+
+    nan_inf_filter: bool = True  # logging_nan_inf_filter
+    loggers: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class HubSettings:
+    """What the Hub pushes read (integrations/hub.py). The token is not carried: it stays on the arguments, so
+    no plan, note or `explain()` holds it."""
+
+    push_to_hub: bool = False
+    model_id: str | None = None  # hub_model_id
+    strategy: str = "every_save"  # hub_strategy
+    private_repo: bool | None = None  # hub_private_repo
+    always_push: bool = False  # hub_always_push
+    revision: str | None = None  # hub_revision
+
+
+@dataclass(frozen=True)
 class FSDPDetails:
     """An FSDP run: the arguments accelerate's FSDP plugin would receive, and values read from them."""
 
@@ -134,14 +184,18 @@ class Plan:
 
     `lightning.as_kwargs()` is accepted by `lightning.Trainer` as is; when `strategy` is not None the
     facade passes `strategy=build_strategy(plan, model)` instead of the name it holds, and
-    `logger=build_loggers(plan)` when `loggers` is not empty. Logger specs are the plain dicts
-    `hf_lightning.translation.logger_specs.logger_specs` makes.
+    `logger=build_loggers(plan)` when `logging.loggers` is not empty. Logger specs are the plain dicts
+    `hf_lightning.translation.logger_specs.logger_specs` makes. Each section is filled once, here, and read by its
+    component: `module` (training), `strategy`, `evaluation`, `checkpointing`, `logging`, `hub`.
     """
 
-    module: ModuleSettings
+    module: ModuleSettings  # the training section: what the HFLightningModule and the step carry out
     strategy: StrategyPlan | None
     lightning: LightningKwargs
-    loggers: list[dict[str, Any]] = field(default_factory=list)
+    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    checkpointing: CheckpointSettings = field(default_factory=CheckpointSettings)
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
+    hub: HubSettings = field(default_factory=HubSettings)
     notes: dict[str, FieldNote] = field(default_factory=dict)
 
     def refusals(self) -> list[FieldNote]:

@@ -16,8 +16,12 @@ from hf_lightning.args.process import cpu_switch_on, reference_n_gpu
 from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.field_registry import FIELD_REGISTRY
 from hf_lightning.translation.plan import (
+    CheckpointSettings,
+    EvaluationSettings,
     FieldNote,
+    HubSettings,
     LightningKwargs,
+    LoggingSettings,
     ModuleSettings,
     Plan,
     StrategyPlan,
@@ -80,6 +84,10 @@ def _note_value(name: str, value: Any) -> Any:
         return repr(value)
 
 
+# The plan's sections beside `module` and `strategy`, each filled from its fields' `Decision` contributions.
+_SECTIONS = ("evaluation", "checkpointing", "logging", "hub")
+
+
 def _merge(
     target: dict[str, Any], update: Mapping[str, Any], field_name: str, what: str, owners: dict[str, str]
 ) -> None:
@@ -113,7 +121,8 @@ def translate(args: Any, env: Environment | None = None, *, raise_on_refusal: bo
     lightning: dict[str, Any] = {}
     module: dict[str, Any] = {}
     strategy: dict[str, Any] = {}
-    owners: dict[str, dict[str, str]] = {"lightning": {}, "module": {}, "strategy": {}}
+    sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+    owners: dict[str, dict[str, str]] = {name: {} for name in ("lightning", "module", "strategy", *_SECTIONS)}
     loggers: list[dict[str, Any]] = []
     notes: dict[str, FieldNote] = {}
 
@@ -132,6 +141,8 @@ def translate(args: Any, env: Environment | None = None, *, raise_on_refusal: bo
         _merge(lightning, decision.lightning, name, "lightning", owners["lightning"])
         _merge(module, decision.module, name, "module", owners["module"])
         _merge(strategy, decision.strategy, name, "strategy", owners["strategy"])
+        for section in _SECTIONS:
+            _merge(sections[section], getattr(decision, section), name, section, owners[section])
         loggers.extend(copy.deepcopy(list(decision.loggers)))
 
     strategy_plan = None
@@ -142,7 +153,10 @@ def translate(args: Any, env: Environment | None = None, *, raise_on_refusal: bo
         module=ModuleSettings(**module),
         strategy=strategy_plan,
         lightning=LightningKwargs(**lightning),
-        loggers=loggers,
+        evaluation=EvaluationSettings(**sections["evaluation"]),
+        checkpointing=CheckpointSettings(**sections["checkpointing"]),
+        logging=LoggingSettings(loggers=tuple(loggers), **sections["logging"]),
+        hub=HubSettings(**sections["hub"]),
         notes=notes,
     )
     if raise_on_refusal and plan.refusals():

@@ -689,10 +689,10 @@ def test_get_last_checkpoint_skips_incomplete_and_scratch(tmp_path):
 # ---- atomicity ------------------------------------------------------------------------------------------------
 
 
-def _prepared_trainer(run_dir, replace: bool):
+def _prepared_trainer(run_dir, replace: bool, **arguments):
     """checkpoint-1 exists; with `replace`, a first version of checkpoint-2 exists too (epoch 0.5)."""
     trainer = StandIn(
-        reference_args(run_dir), processing_class=_RecordingProcessor(), callbacks=[CountingCallback()]
+        reference_args(run_dir, **arguments), processing_class=_RecordingProcessor(), callbacks=[CountingCallback()]
     )
     trainer.save_at(1)
     if replace:
@@ -715,8 +715,7 @@ def _epoch_of(folder) -> float:
 
 
 def test_every_save_point_is_reached_in_order(tmp_path):
-    trainer = _prepared_trainer(tmp_path, replace=True)
-    trainer.args.save_total_limit = 1
+    trainer = _prepared_trainer(tmp_path, replace=True, save_total_limit=1)
     reached = []
     with fault_hook(reached.append):
         trainer._save_checkpoint(trainer.model, None)

@@ -58,3 +58,22 @@ def test_a_refused_value_set_after_construction_is_refused_before_training(tmp_p
     with pytest.raises(ValueError, match="optim"):
         trainer.train()
     assert trainer.state.global_step == 0
+
+
+def test_a_field_evaluation_reads_is_read_after_a_change(tmp_path):
+    """evaluate() / predict() read the plan's evaluation section: a field set on `args` after construction is
+    translated again there, so predict() returns what the reference's does with the same change."""
+    outputs = {}
+    for name, trainer_cls, args_cls, change in (
+        ("reference", transformers.Trainer, transformers.TrainingArguments, True),
+        ("ours", Trainer, TrainingArguments, True),
+        ("unchanged", Trainer, TrainingArguments, False),
+    ):
+        args = args_cls(output_dir=str(tmp_path / name), use_cpu=True, report_to="none", disable_tqdm=True)
+        trainer = trainer_cls(model=make_regression_mlp(), args=args, train_dataset=regression_data(8))
+        if change:
+            trainer.args.prediction_loss_only = True
+        outputs[name] = trainer.predict(regression_data(6))
+    assert outputs["reference"].predictions is None and outputs["ours"].predictions is None
+    assert outputs["unchanged"].predictions is not None  # the change is observed, not ignored
+    assert outputs["ours"].metrics["test_loss"] == pytest.approx(outputs["reference"].metrics["test_loss"], abs=1e-6)

@@ -422,7 +422,7 @@ def test_mlflow_defaults_to_a_sqlite_store_in_output_dir(tmp_path, monkeypatch):
     args = TrainingArguments(
         output_dir=str(tmp_path / "out"), report_to="mlflow", run_name="r", use_cpu=True, max_steps=1
     )
-    (spec,) = translate(args).loggers
+    (spec,) = translate(args).logging.loggers
     uri = default_mlflow_tracking_uri(str(tmp_path / "out"))
     assert spec["kwargs"]["tracking_uri"] == uri == "sqlite:///" + str(tmp_path / "out" / "mlflow.db")
     (mlflow_logger,) = build_loggers(translate(args))
@@ -714,8 +714,8 @@ def test_all_and_none(monkeypatch):
     expected = [name for name in get_available_reporting_integrations() if name in SUPPORTED_LOGGERS]
     assert expected  # tensorboard, mlflow and wandb are installed in the test environment
     plan = translate(TrainingArguments(output_dir="o", report_to="all"))
-    assert [spec["name"] for spec in plan.loggers] == expected
-    assert translate(TrainingArguments(output_dir="o", report_to="none")).loggers == []
+    assert [spec["name"] for spec in plan.logging.loggers] == expected
+    assert translate(TrainingArguments(output_dir="o", report_to="none")).logging.loggers == ()
     # Unexpanded (duck-typed arguments): "all" keeps the installed supported loggers only.
     installed = Environment(installed_loggers=frozenset({"tensorboard", "neptune"}))
     assert requested_loggers("all", installed) == ["tensorboard"]

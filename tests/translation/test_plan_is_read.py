@@ -21,9 +21,13 @@ from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.translation import translate as translate_module
 from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.plan import (
+    CheckpointSettings,
     DeepSpeedDetails,
+    EvaluationSettings,
     FSDPDetails,
+    HubSettings,
     LightningKwargs,
+    LoggingSettings,
     ModuleSettings,
     Plan,
     StrategyPlan,
@@ -39,6 +43,16 @@ RECEIVERS = {
     FSDPDetails: r"(\.fsdp|\bdetails)",
     DeepSpeedDetails: r"(\.deepspeed|\bdetails)",
     LightningKwargs: r"\bplan\.lightning",
+    EvaluationSettings: r"\bplan\.evaluation",
+    CheckpointSettings: r"\bplan\.checkpointing",
+    LoggingSettings: r"\bplan\.logging",
+    HubSettings: r"\bplan\.hub",
+}
+SECTIONS = {
+    EvaluationSettings: "evaluation",
+    CheckpointSettings: "checkpointing",
+    LoggingSettings: "logging",
+    HubSettings: "hub",
 }
 
 
@@ -65,7 +79,7 @@ def _field_names(kind: type) -> list[str]:
     return [item.name for item in dataclasses.fields(kind)]
 
 
-@pytest.mark.parametrize("kind", [ModuleSettings, StrategyPlan, FSDPDetails, DeepSpeedDetails])
+@pytest.mark.parametrize("kind", [ModuleSettings, StrategyPlan, FSDPDetails, DeepSpeedDetails, *SECTIONS])
 def test_every_setting_is_read_outside_the_translation(kind):
     unread = [name for name in _field_names(kind) if name not in READS[kind]]
     assert unread == [], f"{kind.__name__} fields the engine never reads: {unread}"
@@ -161,7 +175,7 @@ def _representative_plans(tmp_path) -> list[tuple[Plan, dict[str, set[str]]]]:
     merge = translate_module._merge
     plans = []
     for args, env in cases:
-        filled: dict[str, set[str]] = {"lightning": set(), "module": set(), "strategy": set()}
+        filled: dict[str, set[str]] = {part: set() for part in ("lightning", "module", "strategy", *SECTIONS.values())}
 
         def recording(target, update, field_name, what, owners, filled=filled):
             filled[what].update(update)
@@ -185,6 +199,14 @@ def test_every_module_setting_is_filled_by_a_handler(plans):
     assert [name for name in _field_names(ModuleSettings) if name not in filled] == []
     switched_on = plans[0][0].module
     assert switched_on.gradient_accumulation_steps == 2 and switched_on.sync_each_batch is True
+
+
+@pytest.mark.parametrize("kind", list(SECTIONS), ids=list(SECTIONS.values()))
+def test_every_section_setting_is_filled_by_a_handler(plans, kind):
+    filled = set().union(*(keys[SECTIONS[kind]] for _, keys in plans))
+    # The loggers' specs come from report_to's own contribution (translation/logger_specs.py), not a carried field.
+    expected = [name for name in _field_names(kind) if (kind, name) != (LoggingSettings, "loggers")]
+    assert [name for name in expected if name not in filled] == []
 
 
 def test_every_strategy_option_is_filled_by_a_handler(plans):

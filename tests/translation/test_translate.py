@@ -53,7 +53,7 @@ def test_default_arguments_note_every_field(make_args):
     assert len(plan.notes) == 114
     assert {note.status for note in plan.notes.values()} <= set(STATUSES)
     assert plan.refusals() == []
-    assert plan.strategy is None and plan.loggers == []
+    assert plan.strategy is None and plan.logging.loggers == ()
 
 
 def test_default_seq2seq_arguments_note_every_field(make_args):
@@ -443,7 +443,7 @@ def test_subclass_fields_are_noted_not_refused(tmp_path):
 def test_report_to_tensorboard_and_csv_build_real_loggers(make_args, tmp_path):
     args = make_args(report_to=["tensorboard", "csv"], run_name="r1")
     plan = translate(args, CPU)
-    assert [spec["name"] for spec in plan.loggers] == ["tensorboard", "csv"]
+    assert [spec["name"] for spec in plan.logging.loggers] == ["tensorboard", "csv"]
     assert plan.lightning.logger is False
     now = datetime(2024, 3, 5, 14, 7, 9)
     tensorboard, csv = build_loggers(plan, now=now)
@@ -478,8 +478,8 @@ def test_report_to_all_expands_to_installed_supported_loggers(make_args):
     args = override(make_args(), report_to="all")
     env = Environment(installed_loggers=frozenset({"tensorboard", "wandb", "neptune"}))
     plan = translate(args, env)
-    assert [spec["name"] for spec in plan.loggers] == ["tensorboard", "wandb"]
-    wandb = plan.loggers[1]
+    assert [spec["name"] for spec in plan.logging.loggers] == ["tensorboard", "wandb"]
+    wandb = plan.logging.loggers[1]
     # WANDB_MODE unset: decided at run time from the credentials present (offline without any).
     assert wandb["mode"] is None and wandb["kwargs"]["project"] == "huggingface"
 
@@ -487,7 +487,7 @@ def test_report_to_all_expands_to_installed_supported_loggers(make_args):
 def test_mlflow_spec_stays_under_output_dir(make_args):
     env = Environment(installed_loggers=frozenset({"mlflow"}))
     plan = translate(make_args(report_to="mlflow", run_name="run"), env)
-    (spec,) = plan.loggers
+    (spec,) = plan.logging.loggers
     store = os.path.join(os.path.abspath(plan.lightning.default_root_dir), "mlflow.db")
     assert spec["kwargs"]["tracking_uri"] == "sqlite:///" + store
     assert spec["kwargs"]["run_name"] == "run"
@@ -575,7 +575,7 @@ def test_translate_runs_without_transformers_or_accelerate():
         "fields = {n: e.default for n, e in R.items()}\n"
         "fields.update(output_dir='o', report_to=['csv'], debug=[], use_cpu=True)\n"
         "plan = translate(SimpleNamespace(**fields), Environment())\n"
-        "assert len(plan.notes) == 114 and plan.loggers[0]['name'] == 'csv'\n"
+        "assert len(plan.notes) == 114 and plan.logging.loggers[0]['name'] == 'csv'\n"
         "assert 'transformers' not in [m.split('.')[0] for m in sys.modules if sys.modules[m] is not None]\n"
         "print('ok')\n"
     )
@@ -602,7 +602,9 @@ def test_our_arguments_translate_like_the_reference_arguments(tmp_path, kwargs):
     )
     assert ours.lightning == reference.lightning
     assert ours.module == reference.module
-    assert ours.loggers == reference.loggers
+    assert ours.logging.loggers == reference.logging.loggers
+    for section in ("evaluation", "checkpointing", "logging", "hub"):
+        assert getattr(ours, section) == getattr(reference, section), section
     assert {name: note.status for name, note in ours.notes.items()} == {
         name: note.status for name, note in reference.notes.items()
     }

@@ -30,10 +30,15 @@ class Decision:
 
     status: str
     how: str
-    # Field name -> value for `LightningKwargs`, `ModuleSettings` and `StrategyPlan` (translation/plan.py).
+    # Field name -> value for `LightningKwargs`, `ModuleSettings`, `StrategyPlan` and the sections
+    # `EvaluationSettings`, `CheckpointSettings`, `LoggingSettings`, `HubSettings` (translation/plan.py).
     lightning: Mapping[str, Any] = field(default_factory=dict)
     module: Mapping[str, Any] = field(default_factory=dict)
     strategy: Mapping[str, Any] = field(default_factory=dict)
+    evaluation: Mapping[str, Any] = field(default_factory=dict)
+    checkpointing: Mapping[str, Any] = field(default_factory=dict)
+    logging: Mapping[str, Any] = field(default_factory=dict)
+    hub: Mapping[str, Any] = field(default_factory=dict)
     loggers: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
@@ -118,6 +123,18 @@ class FieldEntry:
 
 
 # ---------------------------------------------------------------- handler factories
+
+
+def carried(section: str, key: str, handler: Handler) -> Handler:
+    """`handler`, with the field's value carried by the plan as `<section>.<key>` (`section` one of "evaluation",
+    "checkpointing", "logging", "hub"): the component of that section reads it there, not on the arguments."""
+
+    def carrying(field_name: str, value: Any, ctx: Context) -> Decision:
+        decision = handler(field_name, value, ctx)
+        contribution = {**getattr(decision, section), key: tuple(value) if isinstance(value, list) else value}
+        return dataclasses.replace(decision, **{section: contribution})
+
+    return carrying
 
 
 def always(how: str) -> Handler:
