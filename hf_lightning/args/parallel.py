@@ -1,7 +1,7 @@
 """FSDP argument processing done while building ``TrainingArguments`` (R7.2).
 
-Pure dictionary work: nothing here imports accelerate. The result lives on the arguments object
-(``fsdp_plugin_args``) for the strategy translation to read. The DeepSpeed config is loaded and its
+Pure dictionary work: nothing here imports accelerate. The plugin arguments themselves come from
+``args/fsdp_plugin.py``, the one computation the plan's translation also calls. The DeepSpeed config is loaded and its
 argument-time ``"auto"`` keys filled by ``hf_lightning/args/deepspeed_config.py``, which owns it.
 """
 
@@ -13,6 +13,12 @@ import os
 import warnings
 from typing import Any
 
+from hf_lightning.args.fsdp_plugin import (
+    FSDP_AUTO_WRAP_POLICY,
+    FSDP_SHARDING_STRATEGY,
+    fsdp_plugin_args_from_config,
+)
+from hf_lightning.args.truth import str_to_bool
 from hf_lightning.core.enums import FSDPOption
 
 logger = logging.getLogger(__name__)
@@ -24,20 +30,6 @@ __all__ = [
     "process_fsdp_args",
     "str_to_bool",
 ]
-
-# accelerate.utils.constants' lists, copied so accelerate stays optional.
-FSDP_SHARDING_STRATEGY = ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"]
-FSDP_AUTO_WRAP_POLICY = ["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"]
-
-
-def str_to_bool(value: str) -> bool:
-    """The reference's truth-value parser (``"yes"``/``"1"``/``"on"``... → True); anything else → ValueError."""
-    value = value.lower()
-    if value in ("y", "yes", "t", "true", "on", "1"):
-        return True
-    if value in ("n", "no", "f", "false", "off", "0"):
-        return False
-    raise ValueError(f"invalid truth value {value!r}")
 
 
 def apply_legacy_fsdp_to_config(fsdp: str | list, fsdp_config: dict[str, Any]) -> None:
@@ -127,47 +119,13 @@ def process_fsdp_args(args: Any) -> dict[str, Any] | None:
     if config["xla_fsdp_grad_ckpt"]:
         warnings.warn("`--xla_fsdp_grad_ckpt` is useful only when `--xla` is set to true.", stacklevel=2)
 
-    fsdp_version = int(config.get("version", 2))
-    plugin_args: dict[str, Any] = {"fsdp_version": fsdp_version}
-    # [quirk] truthiness only: the string "false" from a JSON file enables offload, as in the reference.
-    if config.get("cpu_offload", False):
-        plugin_args["cpu_offload"] = True
-    auto_wrap_policy = config.get("auto_wrap_policy", FSDP_AUTO_WRAP_POLICY[0])
-    if auto_wrap_policy not in FSDP_AUTO_WRAP_POLICY:
-        raise ValueError(
-            f"fsdp_config: `auto_wrap_policy` must be one of {FSDP_AUTO_WRAP_POLICY} (exact upper case), "
-            f"got {auto_wrap_policy}."
-        )
-    plugin_args["auto_wrap_policy"] = auto_wrap_policy
-    if auto_wrap_policy == FSDP_AUTO_WRAP_POLICY[1] and config["min_num_params"] > 0:
-        plugin_args["min_num_params"] = config["min_num_params"]
-    elif (
-        auto_wrap_policy == FSDP_AUTO_WRAP_POLICY[0]
-        and config.get("transformer_layer_cls_to_wrap") is not None
-    ):
-        plugin_args["transformer_cls_names_to_wrap"] = ",".join(config["transformer_layer_cls_to_wrap"])
-
-    cpu_ram_efficient_loading = str(config.get("cpu_ram_efficient_loading", "false")).lower()
-    plugin_args["cpu_ram_efficient_loading"] = str_to_bool(cpu_ram_efficient_loading)
-    os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = cpu_ram_efficient_loading
-    plugin_args["state_dict_type"] = config.get("state_dict_type", "FULL_STATE_DICT")
-    if "activation_checkpointing" in config:
-        plugin_args["activation_checkpointing"] = str_to_bool(str(config["activation_checkpointing"]).lower())
-
-    if fsdp_version == 2:
-        plugin_args["reshard_after_forward"] = str_to_bool(
-            str(config.get("reshard_after_forward", True)).lower()
-        )
-    else:
+    plugin_args = fsdp_plugin_args_from_config(config)
+    os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = str(
+        config.get("cpu_ram_efficient_loading", "false")
+    ).lower()
+    if plugin_args["fsdp_version"] == 1:
         logger.warning(
             "FSDP1 (`fsdp_config['version'] = 1`) is deprecated (removed in transformers v5.20). "
             "Please migrate to FSDP2 by setting `fsdp_config['version'] = 2` (the default)."
         )
-        plugin_args["reshard_after_forward"] = str(config.get("reshard_after_forward", "full_shard")).lower()
-        plugin_args["forward_prefetch"] = str_to_bool(str(config.get("forward_prefetch", "false")).lower())
-        plugin_args["backward_prefetch"] = config.get("backward_prefetch", "NO_PREFETCH").upper()
-        plugin_args["use_orig_params"] = str_to_bool(str(config.get("use_orig_params", "true")).lower())
-        plugin_args["sync_module_states"] = str_to_bool(str(config.get("sync_module_states", "true")).lower())
-        if "limit_all_gathers" in config:
-            plugin_args["limit_all_gathers"] = str_to_bool(str(config["limit_all_gathers"]).lower())
     return plugin_args

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hf_lightning.args.parallel import str_to_bool
+from hf_lightning.args.truth import str_to_bool
 from hf_lightning.core.enums import enum_value
 from hf_lightning.optim.context import OptimizerContext
 

@@ -8,7 +8,8 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from hf_lightning.args.parallel import apply_legacy_fsdp_to_config, str_to_bool
+from hf_lightning.args.fsdp_plugin import fsdp_plugin_args_from_config
+from hf_lightning.args.parallel import apply_legacy_fsdp_to_config
 from hf_lightning.translation.parallelism import (
     mesh_description,
     parallelism_refusal,
@@ -126,22 +127,10 @@ def _needs_cuda(ctx: Context, what: str, field: str) -> Decision | None:
     return None
 
 
-# accelerate.utils.constants' lists (accelerate stays optional); the order gives ShardingStrategy's values.
-_SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
-_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
-
-
-def _truth(value: Any, key: str) -> bool:
-
-    try:
-        return str_to_bool(str(value).lower())
-    except ValueError:
-        raise ValueError(f"fsdp_config[{key!r}]={value!r} is not a truth value; use true or false") from None
-
-
 def fsdp_plugin_args(args: Any) -> dict[str, Any]:
     """The reference's `fsdp_plugin_args` (what it passes to accelerate's FSDP plugin), computed without touching
-    `args` or the environment: `fsdp_config` with `fsdp_` prefixes stripped, legacy `fsdp` words applied (R7.2).
+    `args` or the environment: `fsdp_config` with `fsdp_` prefixes stripped, legacy `fsdp` words applied (R7.2),
+    then `args/fsdp_plugin.py`'s computation, the one `TrainingArguments` runs.
 
     Raises ValueError naming the key for a value the reference refuses.
     """
@@ -149,64 +138,7 @@ def fsdp_plugin_args(args: Any) -> dict[str, Any]:
     legacy = getattr(args, "fsdp", None)
     if isinstance(legacy, (str, list)):  # processed arguments hold True; a raw string comes from setattr
         apply_legacy_fsdp_to_config(legacy, config)
-    version = int(config.get("version", 2))
-    if version not in (1, 2):
-        raise ValueError(
-            f"fsdp_config['version']={config['version']!r}: use 2 (fully_shard) or 1 (legacy wrapper)"
-        )
-    plugin: dict[str, Any] = {"fsdp_version": version}
-    if config.get("cpu_offload", False):  # [quirk] truthiness only: the string "false" enables offload
-        plugin["cpu_offload"] = True
-    policy = config.get("auto_wrap_policy", _WRAP_POLICIES[0])
-    if policy not in _WRAP_POLICIES:
-        raise ValueError(
-            f"fsdp_config['auto_wrap_policy']={policy!r}: use one of {list(_WRAP_POLICIES)} (exact upper case)"
-        )
-    plugin["auto_wrap_policy"] = policy
-    min_num_params = config.get("min_num_params", 0)
-    layers = config.get("transformer_layer_cls_to_wrap")
-    if isinstance(layers, str):
-        layers = [layers]
-    if policy == "SIZE_BASED_WRAP" and min_num_params > 0:
-        plugin["min_num_params"] = min_num_params
-    elif policy == "TRANSFORMER_BASED_WRAP" and layers is not None:
-        plugin["transformer_cls_names_to_wrap"] = ",".join(layers)
-    plugin["cpu_ram_efficient_loading"] = _truth(
-        config.get("cpu_ram_efficient_loading", "false"), "cpu_ram_efficient_loading"
-    )
-    plugin["state_dict_type"] = config.get("state_dict_type", "FULL_STATE_DICT")
-    if plugin["state_dict_type"] not in ("FULL_STATE_DICT", "SHARDED_STATE_DICT"):
-        raise ValueError(
-            f"fsdp_config['state_dict_type']={plugin['state_dict_type']!r}: use FULL_STATE_DICT or SHARDED_STATE_DICT"
-        )
-    if "activation_checkpointing" in config:
-        plugin["activation_checkpointing"] = _truth(
-            config["activation_checkpointing"], "activation_checkpointing"
-        )
-    if version == 2:
-        plugin["reshard_after_forward"] = _truth(
-            config.get("reshard_after_forward", True), "reshard_after_forward"
-        )
-        return plugin
-    strategy = str(config.get("reshard_after_forward", "full_shard")).lower()
-    if strategy.upper() not in _SHARDING_STRATEGIES:
-        raise ValueError(
-            f"fsdp_config['reshard_after_forward']={strategy!r} (FSDP1 sharding strategy): use one of "
-            f"{[name.lower() for name in _SHARDING_STRATEGIES]}"
-        )
-    plugin["reshard_after_forward"] = strategy
-    plugin["forward_prefetch"] = _truth(config.get("forward_prefetch", "false"), "forward_prefetch")
-    plugin["backward_prefetch"] = str(config.get("backward_prefetch", "NO_PREFETCH")).upper()
-    if plugin["backward_prefetch"] not in ("NO_PREFETCH", "BACKWARD_PRE", "BACKWARD_POST"):
-        raise ValueError(
-            f"fsdp_config['backward_prefetch']={config['backward_prefetch']!r}: use NO_PREFETCH, BACKWARD_PRE or "
-            "BACKWARD_POST"
-        )
-    for key in ("use_orig_params", "sync_module_states"):
-        plugin[key] = _truth(config.get(key, "true"), key)
-    if "limit_all_gathers" in config:
-        plugin["limit_all_gathers"] = _truth(config["limit_all_gathers"], "limit_all_gathers")
-    return plugin
+    return fsdp_plugin_args_from_config(config)
 
 
 def _fsdp_refusal(ctx: Context, plugin: dict[str, Any]) -> str | None:
