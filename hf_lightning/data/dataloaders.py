@@ -18,6 +18,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler,
 
 from hf_lightning.core.seeding import set_seed
 from hf_lightning.data.collate import collates_without_side_effects, pick_default_collator
+from hf_lightning.data.context import DataContext
 from hf_lightning.data.dataset_position import DatasetPositions, position_before, position_restorable
 from hf_lightning.data.iterable_sharding import (
     IterableDatasetShard,
@@ -32,7 +33,6 @@ from hf_lightning.data.model_inputs import (
     get_train_sampler,
 )
 from hf_lightning.data.samplers import BatchRebalanceSampler, shard_batches
-from hf_lightning.translation.plan import ModuleSettings
 from hf_lightning.translation.translate import planned_settings
 
 _SINGLE_PROCESS_ITERATOR = torch.utils.data.dataloader._SingleProcessDataLoaderIter
@@ -271,31 +271,24 @@ def _loader_arguments(args: Any, batch_size: int, collate_fn: Callable) -> dict[
 def _build_dataloader(
     dataset: Any,
     make_sampler: Callable[[Any], Sampler | None],
+    context: DataContext,
     *,
-    args: Any,
-    data_collator: Callable | None,
-    model: Any,
-    processing_class: Any,
     batch_size: int,
     description: str,
-    world_size: int,
-    process_index: int,
     is_training: bool,
-    settings: ModuleSettings | None,
-    columns: list[str] | None = None,
 ) -> HFDataLoader:
     # The reference's `_get_dataloader` followed by accelerate's `prepare_data_loader`.
-    collator = data_collator if data_collator is not None else pick_default_collator(processing_class)
+    args, world_size, process_index = context.args, context.world_size, context.process_index
+    collator = context.data_collator
+    if collator is None:
+        collator = pick_default_collator(context.processing_class)
     dataset, collator = apply_column_removal(
-        dataset, collator, args=args, model=model, description=description, columns=columns
+        dataset, collator, args=args, model=context.model, description=description, columns=context.columns
     )
     params = _loader_arguments(args, batch_size, collator)
     if isinstance(dataset, IterableDataset):
         if world_size > 1:
-            return _iterable_loader_across_processes(
-                dataset, params, args=args, settings=settings, world_size=world_size,
-                process_index=process_index, is_training=is_training,
-            )  # fmt: skip
+            return _iterable_loader_across_processes(dataset, params, context)
         loader = HFDataLoader(dataset, **params)
         if not is_training:
             loader.dataset_positions = None  # an eval loop never resumes into its dataset: nothing to record
@@ -316,7 +309,7 @@ def _build_dataloader(
     if world_size <= 1 or isinstance(sampler, BatchRebalanceSampler):
         return HFDataLoader(dataset, **params)
 
-    settings = planned_settings(args, settings)
+    settings = planned_settings(args, context.settings)
     if settings.dispatch_batches:
         raise ValueError(
             "accelerator_config.dispatch_batches=True is not supported by hf_lightning for map-style datasets; "
@@ -336,19 +329,13 @@ def _build_dataloader(
 
 
 def _iterable_loader_across_processes(
-    dataset: IterableDataset,
-    params: dict[str, Any],
-    *,
-    args: Any,
-    settings: ModuleSettings | None,
-    world_size: int,
-    process_index: int,
-    is_training: bool,
+    dataset: IterableDataset, params: dict[str, Any], context: DataContext
 ) -> HFDataLoader:
     """A loader over an IterableDataset on `world_size` processes, as accelerate prepares it (R3.7): dealt from the
     first process (`dispatch_batches` None or True) or read by each (`dispatch_batches=False`); the same for the
     train, eval and test loaders (the evaluation loop's gather drops the completed tail, `last_batch_remainder`)."""
-    settings = planned_settings(args, settings)
+    args, world_size, process_index = context.args, context.world_size, context.process_index
+    settings = planned_settings(args, context.settings)
     if settings.dispatch_batches is False:
         generator = getattr(dataset, "generator", None)
         dataset, params["batch_size"] = shard_iterable_dataset(
@@ -436,73 +423,56 @@ class DispatchingDataLoader(HFDataLoader):
         self.iteration += 1
 
 
-def build_dataloader(dataset: Any, make_sampler: Callable[[Any], Sampler | None], **kwargs: Any) -> HFDataLoader:
-    """A DataLoader from a sampler factory (the facade's `_get_dataloader`); keywords as `_build_dataloader`'s."""
-    return _build_dataloader(dataset, make_sampler, **kwargs)
+def build_dataloader(
+    dataset: Any,
+    make_sampler: Callable[[Any], Sampler | None],
+    context: DataContext,
+    *,
+    batch_size: int,
+    description: str,
+    is_training: bool = False,
+) -> HFDataLoader:
+    """A DataLoader from a sampler factory (the facade's `_get_dataloader`): column removal, collation,
+    `make_sampler(dataset)` as the sampler, this process's share of the batches."""
+    return _build_dataloader(
+        dataset, make_sampler, context, batch_size=batch_size, description=description, is_training=is_training
+    )
 
 
 def build_train_dataloader(
     dataset: Any,
+    context: DataContext,
     *,
-    args: Any,
-    data_collator: Callable | None,
-    model: Any,
-    processing_class: Any = None,
-    world_size: int = 1,
-    process_index: int = 0,
     seed_for_sampler: int | None = None,
     batch_size: int | None = None,
-    settings: ModuleSettings | None = None,
-    columns: list[str] | None = None,
 ) -> HFDataLoader:
     """This process's train DataLoader, as the reference's `get_train_dataloader` + accelerate prepare.
 
-    Run on every rank. `data_collator=None` picks the reference's default for `processing_class`;
-    `batch_size` defaults to `args.train_batch_size` (auto_find_batch_size passes the reduced one).
-    `settings`: the plan's module settings (translated from `args` when not given); `columns`: the columns
-    column removal keeps (the trainer's `_signature_columns`; the model's signature when not given).
+    Run on every rank. `batch_size` defaults to `args.train_batch_size` (auto_find_batch_size passes the reduced
+    one); `seed_for_sampler` overrides the sampler's seed.
     """
     if dataset is None:
         raise ValueError("Trainer: training requires a train_dataset.")
     make_sampler = functools.partial(
         get_train_sampler,
-        args=args,
-        processing_class=processing_class,
-        world_size=world_size,
-        process_index=process_index,
+        args=context.args,
+        processing_class=context.processing_class,
+        world_size=context.world_size,
+        process_index=context.process_index,
         seed_for_sampler=seed_for_sampler,
-        settings=settings,
+        settings=context.settings,
     )
     return _build_dataloader(
         dataset,
         make_sampler,
-        args=args,
-        data_collator=data_collator,
-        model=model,
-        processing_class=processing_class,
-        batch_size=batch_size if batch_size is not None else args.train_batch_size,
+        context,
+        batch_size=batch_size if batch_size is not None else context.args.train_batch_size,
         description="Training",
-        world_size=world_size,
-        process_index=process_index,
         is_training=True,
-        settings=settings,
-        columns=columns,
     )
 
 
-def build_eval_dataloader(
-    dataset: Any,
-    *,
-    args: Any,
-    data_collator: Callable | None,
-    model: Any,
-    processing_class: Any = None,
-    world_size: int = 1,
-    process_index: int = 0,
-    description: str = "Evaluation",
-    settings: ModuleSettings | None = None,
-    columns: list[str] | None = None,
-) -> HFDataLoader:
+def build_eval_dataloader(dataset: Any, context: DataContext, *, description: str = "Evaluation") -> HFDataLoader:
     """This process's eval (or, with `description="test"`, test) DataLoader, as the reference builds it.
 
     Sequential single-process; with several processes sequential batches dealt round-robin, padded
@@ -511,23 +481,12 @@ def build_eval_dataloader(
     if dataset is None:
         raise ValueError("Trainer: evaluation requires an eval_dataset.")
     make_sampler = functools.partial(
-        get_eval_sampler, args=args, processing_class=processing_class, world_size=world_size
+        get_eval_sampler, args=context.args, processing_class=context.processing_class, world_size=context.world_size
     )
     return _build_dataloader(
-        dataset,
-        make_sampler,
-        args=args,
-        data_collator=data_collator,
-        model=model,
-        processing_class=processing_class,
-        batch_size=args.eval_batch_size,
-        description=description,
-        world_size=world_size,
-        process_index=process_index,
+        dataset, make_sampler, context, batch_size=context.args.eval_batch_size, description=description,
         is_training=False,
-        settings=settings,
-        columns=columns,
-    )
+    )  # fmt: skip
 
 
 def num_examples(dataloader: Any, per_device_train_batch_size: int) -> int:

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import hf_lightning.data.dataloaders as dataloaders
 import hf_lightning.data.model_inputs as data_layer
+from hf_lightning.data.context import DataContext
 from hf_lightning.data.samplers import made_seedable
 from hf_lightning.engine.overrides import is_base_method
 from hf_lightning.strategies.evaluation import deepspeed_input_dtype
@@ -102,20 +103,18 @@ class DataMethodsMixin:
             sampler = sampler_fn(data) if sampler_fn is not None else None
             return made_seedable(sampler, data_seed) if seedable else sampler
 
-        return dataloaders.build_dataloader(
-            dataset,
-            make_sampler,
+        context = DataContext(
             args=self.args,
             data_collator=self.data_collator,
             model=self.model,
             processing_class=self.processing_class,
-            batch_size=batch_size,
-            description=description,
             world_size=replicas,
             process_index=replica,
-            is_training=is_training,
             settings=self._loader_settings(),
             columns=self._kept_columns(),
+        )
+        return dataloaders.build_dataloader(
+            dataset, make_sampler, context, batch_size=batch_size, description=description, is_training=is_training
         )
 
     def _loader_settings(self) -> Any:

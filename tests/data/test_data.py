@@ -23,6 +23,7 @@ from transformers.trainer_pt_utils import get_length_grouped_indices as ref_get_
 from transformers.utils.generic import can_return_loss as ref_can_return_loss
 
 from hf_lightning.core.seeding import set_seed
+from hf_lightning.data.context import DataContext
 from hf_lightning.data.dataloaders import (
     build_eval_dataloader,
     build_train_dataloader,
@@ -131,7 +132,9 @@ def test_random_order_and_rng_stream_match_reference_training(make_args, seed, d
 
     set_seed(seed)  # what the reference's constructor does
     our_model = IdxModel()
-    loader = build_train_dataloader(idx_items(10), args=args, data_collator=None, model=our_model)
+    loader = build_train_dataloader(
+        idx_items(10), DataContext(args=args, data_collator=None, model=our_model)
+    )
     our_epochs(loader, 3, model=our_model)
 
     assert our_model.seen == ref_model.seen
@@ -154,7 +157,9 @@ def test_random_collator_interleaves_with_forward_like_reference(make_args):
     Trainer(model=ref_model, args=args, train_dataset=idx_items(6), data_collator=drawing_collator).train()
     set_seed(5)
     our_model = IdxModel()
-    loader = build_train_dataloader(idx_items(6), args=args, data_collator=drawing_collator, model=our_model)
+    loader = build_train_dataloader(
+        idx_items(6), DataContext(args=args, data_collator=drawing_collator, model=our_model)
+    )
     our_epochs(loader, 2, model=our_model)
     assert our_model.seen == ref_model.seen
     assert our_model.draws == ref_model.draws
@@ -164,7 +169,7 @@ def test_only_one_int64_draw_per_epoch(make_args):
     args = make_args(seed=42)
     set_seed(42)
     model = IdxModel()
-    loader = build_train_dataloader(idx_items(4), args=args, data_collator=None, model=model)
+    loader = build_train_dataloader(idx_items(4), DataContext(args=args, data_collator=None, model=model))
     our_epochs(loader, 2, model=model)
     assert model.draws == pytest.approx([0.38286, 0.95931, 0.25657, 0.79364], abs=1e-5)  # R3.3
 
@@ -176,7 +181,7 @@ def test_only_one_int64_draw_per_epoch(make_args):
     assert model.draws == simulated
 
     set_seed(42)
-    loader = build_train_dataloader(idx_items(4), args=args, data_collator=None, model=model)
+    loader = build_train_dataloader(idx_items(4), DataContext(args=args, data_collator=None, model=model))
     list(loader)
     after_epoch = torch.get_rng_state()
     set_seed(42)
@@ -187,7 +192,9 @@ def test_only_one_int64_draw_per_epoch(make_args):
 def test_sampler_seed_is_the_initial_seed_at_build_time(make_args):
     args = make_args(seed=42)
     torch.manual_seed(3)  # a user reseed between construction and train() changes S (R3.2)
-    loader = build_train_dataloader(idx_items(10), args=args, data_collator=None, model=IdxModel())
+    loader = build_train_dataloader(
+        idx_items(10), DataContext(args=args, data_collator=None, model=IdxModel())
+    )
     torch.manual_seed(42)
     expected = torch.randperm(10, generator=torch.Generator().manual_seed(3)).tolist()
     assert [i for batch in our_epochs(loader, 1) for i in batch] == expected
@@ -195,7 +202,9 @@ def test_sampler_seed_is_the_initial_seed_at_build_time(make_args):
 
 def test_sequential_strategy_and_drop_last(make_args):
     args = make_args(train_sampling_strategy="sequential", dataloader_drop_last=True, seed=42)
-    loader = build_train_dataloader(idx_items(5), args=args, data_collator=None, model=IdxModel())
+    loader = build_train_dataloader(
+        idx_items(5), DataContext(args=args, data_collator=None, model=IdxModel())
+    )
     assert our_epochs(loader, 2) == [[0, 1], [2, 3]] * 2
 
 
@@ -212,7 +221,8 @@ def test_two_process_dealing_matches_accelerate(make_args, even_batches):
     for rank in (0, 1):
         set_seed(42)
         ours = build_train_dataloader(
-            idx_items(10), args=args, data_collator=None, model=IdxModel(), world_size=2, process_index=rank
+            idx_items(10),
+            DataContext(args=args, data_collator=None, model=IdxModel(), world_size=2, process_index=rank),
         )
         items = idx_items(10)
         set_seed(42)
@@ -242,7 +252,8 @@ def test_two_process_eval_is_sequential_batches_dealt_with_padding(make_args):
     items = idx_items(5)
     for rank in (0, 1):
         ours = build_eval_dataloader(
-            items, args=args, data_collator=None, model=IdxModel(), world_size=2, process_index=rank
+            items,
+            DataContext(args=args, data_collator=None, model=IdxModel(), world_size=2, process_index=rank),
         )
         ref = prepare_data_loader(
             DataLoader(items, batch_size=2, collate_fn=transformers.default_data_collator),
@@ -250,7 +261,9 @@ def test_two_process_eval_is_sequential_batches_dealt_with_padding(make_args):
             process_index=rank,
         )
         assert our_epochs(ours, 1) == ref_epochs(ref, 1)
-    assert our_epochs(build_eval_dataloader(items, args=args, data_collator=None, model=IdxModel()), 1) == [
+    assert our_epochs(
+        build_eval_dataloader(items, DataContext(args=args, data_collator=None, model=IdxModel())), 1
+    ) == [
         [0, 1],
         [2, 3],
         [4],
@@ -272,9 +285,7 @@ def collect_idx(features):
 def test_group_by_length_matches_reference_sampler_and_trainer(make_args):
     items = length_items(40)
     lengths = [len(item["input_ids"]) for item in items]
-    args = make_args(
-        seed=42, gradient_accumulation_steps=2, train_sampling_strategy="group_by_length"
-    )
+    args = make_args(seed=42, gradient_accumulation_steps=2, train_sampling_strategy="group_by_length")
 
     expected = []
     set_seed(42)
@@ -283,7 +294,7 @@ def test_group_by_length_matches_reference_sampler_and_trainer(make_args):
         expected += ref_get_length_grouped_indices(lengths, 4)
 
     set_seed(42)
-    ours = build_train_dataloader(items, args=args, data_collator=collect_idx, model=IdxModel())
+    ours = build_train_dataloader(items, DataContext(args=args, data_collator=collect_idx, model=IdxModel()))
     our_order = [i for batch in our_epochs(ours, 2) for i in batch]
     assert our_order == expected
 
@@ -309,19 +320,21 @@ def test_length_column_is_read_after_column_removal_like_reference(make_args, re
     trainer = Trainer(model=IdxModel(), args=args, train_dataset=dataset, data_collator=collect_idx)
     ref = [i for batch in ref_epochs(trainer.get_train_dataloader(), 1) for i in batch]
     set_seed(42)
-    ours = build_train_dataloader(dataset, args=args, data_collator=collect_idx, model=IdxModel())
+    ours = build_train_dataloader(
+        dataset, DataContext(args=args, data_collator=collect_idx, model=IdxModel())
+    )
     assert [i for batch in our_epochs(ours, 1) for i in batch] == ref
     assert dataset.column_names == ["idx", "input_ids", "length"]  # the stored dataset keeps its columns
 
 
 def test_group_by_length_eval_quirk_matches_reference(make_args):
     items = length_items(30, seed=1)
-    args = make_args(
-        seed=11, train_sampling_strategy="group_by_length", per_device_eval_batch_size=3
-    )
+    args = make_args(seed=11, train_sampling_strategy="group_by_length", per_device_eval_batch_size=3)
     trainer = Trainer(model=IdxModel(), args=args, eval_dataset=items, data_collator=collect_idx)
     ref = ref_epochs(trainer.get_eval_dataloader(), 1)
-    ours = our_epochs(build_eval_dataloader(items, args=args, data_collator=collect_idx, model=IdxModel()), 1)
+    ours = our_epochs(
+        build_eval_dataloader(items, DataContext(args=args, data_collator=collect_idx, model=IdxModel())), 1
+    )
     assert ours == ref
     expected = list(RefLengthGroupedSampler(3, dataset=items, generator=torch.Generator().manual_seed(11)))
     assert [i for batch in ours for i in batch] == expected
@@ -347,7 +360,7 @@ def test_batch_rebalance_ignores_seeds_and_matches_reference(make_args):
 
     set_seed(7)
     ours = our_epochs(
-        build_train_dataloader(items, args=args, data_collator=collect_idx, model=IdxModel()), 2
+        build_train_dataloader(items, DataContext(args=args, data_collator=collect_idx, model=IdxModel())), 2
     )
     assert ours == expected
     trainer = Trainer(model=IdxModel(), args=args, train_dataset=items, data_collator=collect_idx)
@@ -357,12 +370,13 @@ def test_batch_rebalance_ignores_seeds_and_matches_reference(make_args):
 def test_batch_rebalance_is_not_resharded_across_processes(make_args):
     items = length_items(40, seed=4)
     lengths = [len(item["input_ids"]) for item in items]
-    args = make_args(
-        seed=42, train_sampling_strategy="batch_rebalance", gradient_accumulation_steps=2
-    )
+    args = make_args(seed=42, train_sampling_strategy="batch_rebalance", gradient_accumulation_steps=2)
     for rank in (0, 1):
         ours = build_train_dataloader(
-            items, args=args, data_collator=collect_idx, model=IdxModel(), world_size=2, process_index=rank
+            items,
+            DataContext(
+                args=args, data_collator=collect_idx, model=IdxModel(), world_size=2, process_index=rank
+            ),
         )
         sampler = RefBatchRebalanceSampler(
             lengths, effective_batch_size=8, dp_size=2, grad_accum=2, rank=rank, drop_last=False
@@ -390,7 +404,7 @@ def test_unused_columns_removed_like_reference(make_args, tiny_bert):
     dataset = datasets.Dataset.from_dict(table)
     args = make_args(train_sampling_strategy="sequential")
     ref_batch = next(iter(Trainer(model=tiny_bert, args=args, train_dataset=dataset).get_train_dataloader()))
-    ours = build_train_dataloader(dataset, args=args, data_collator=None, model=tiny_bert)
+    ours = build_train_dataloader(dataset, DataContext(args=args, data_collator=None, model=tiny_bert))
     our_batch = next(iter(ours))
     assert set(our_batch) == set(ref_batch) == {"labels", "input_ids"}
     for key in ref_batch:
@@ -398,7 +412,9 @@ def test_unused_columns_removed_like_reference(make_args, tiny_bert):
     assert "text" in dataset.column_names
 
     as_dicts = [{k: table[k][i] for k in table} for i in range(6)]
-    dict_batch = next(iter(build_train_dataloader(as_dicts, args=args, data_collator=None, model=tiny_bert)))
+    dict_batch = next(
+        iter(build_train_dataloader(as_dicts, DataContext(args=args, data_collator=None, model=tiny_bert)))
+    )
     assert set(dict_batch) == {"labels", "input_ids"}
     for key in ref_batch:
         assert torch.equal(dict_batch[key], ref_batch[key])
@@ -410,13 +426,15 @@ def test_nothing_matching_the_signature_raises(make_args, tiny_bert):
     with pytest.raises(ValueError, match="No columns in the dataset match"):
         Trainer(model=tiny_bert, args=args, train_dataset=dataset).get_train_dataloader()
     with pytest.raises(ValueError, match=r"No columns in the dataset match.*\(input_ids, attention_mask"):
-        build_train_dataloader(dataset, args=args, data_collator=None, model=tiny_bert)
+        build_train_dataloader(dataset, DataContext(args=args, data_collator=None, model=tiny_bert))
 
 
 def test_remove_unused_columns_false_keeps_everything(make_args, tiny_bert):
     dataset = datasets.Dataset.from_dict({"input_ids": [[1, 2]] * 2, "idx": [0, 1], "label": [0, 1]})
     args = make_args(remove_unused_columns=False, train_sampling_strategy="sequential")
-    batch = next(iter(build_train_dataloader(dataset, args=args, data_collator=None, model=tiny_bert)))
+    batch = next(
+        iter(build_train_dataloader(dataset, DataContext(args=args, data_collator=None, model=tiny_bert)))
+    )
     assert set(batch) == {"labels", "input_ids", "idx"}
 
 
@@ -476,7 +494,7 @@ def test_iterable_dataset_receives_epochs_like_reference(make_args):
     Trainer(model=IdxModel(), args=args, train_dataset=ref_dataset).train()
 
     ours = EpochIterable()
-    loader = build_train_dataloader(ours, args=args, data_collator=None, model=IdxModel())
+    loader = build_train_dataloader(ours, DataContext(args=args, data_collator=None, model=IdxModel()))
     steps = 0
     for epoch in itertools.count():
         set_train_epoch(loader, epoch)
@@ -494,22 +512,33 @@ def test_iterable_dataset_across_processes_is_dealt_for_training_and_evaluation(
     runs both on 2 processes); with dispatch_batches=False each process reads its shard."""
     from hf_lightning.data.dataloaders import DispatchingDataLoader
 
-    loader = build_train_dataloader(EpochIterable(), args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
+    loader = build_train_dataloader(
+        EpochIterable(), DataContext(args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
+    )
     assert isinstance(loader, DispatchingDataLoader) and loader.total_batch_size == 2 * loader.batch_size
     assert loader.dataset_positions is None  # each process's position differs: a resume replays
     every_process_reads = make_args(accelerator_config={"dispatch_batches": False})
     loader = build_train_dataloader(
-        EpochIterable(), args=every_process_reads, data_collator=None, model=IdxModel(), world_size=2, process_index=1
+        EpochIterable(),
+        DataContext(
+            args=every_process_reads, data_collator=None, model=IdxModel(), world_size=2, process_index=1
+        ),
     )
     assert type(loader.dataset).__name__ == "IterableDatasetShard" and loader.dataset.process_index == 1
-    evaluation = build_eval_dataloader(EpochIterable(), args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
+    evaluation = build_eval_dataloader(
+        EpochIterable(), DataContext(args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
+    )
     assert isinstance(evaluation, DispatchingDataLoader) and evaluation.dataset_positions is None
     split = make_args(accelerator_config={"split_batches": True}, per_device_train_batch_size=3)
     with pytest.raises(ValueError, match="split_batches=True with a batch size of 3"):
-        build_train_dataloader(EpochIterable(), args=split, data_collator=None, model=IdxModel(), world_size=2)
+        build_train_dataloader(
+            EpochIterable(), DataContext(args=split, data_collator=None, model=IdxModel(), world_size=2)
+        )
     args = make_args(accelerator_config={"dispatch_batches": True})
     with pytest.raises(ValueError, match="dispatch_batches=True"):
-        build_train_dataloader(idx_items(4), args=args, data_collator=None, model=IdxModel(), world_size=2)
+        build_train_dataloader(
+            idx_items(4), DataContext(args=args, data_collator=None, model=IdxModel(), world_size=2)
+        )
 
 
 # ---- R3.8: DataLoader arguments and worker seeding ---------------------------------------------------------
@@ -529,9 +558,9 @@ def test_dataloader_arguments_match_reference(make_args):
     trainer = Trainer(model=IdxModel(), args=args, train_dataset=idx_items(10), eval_dataset=idx_items(10))
     names = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "in_order")
     pairs = [
-        (build_train_dataloader(idx_items(10), args=args, data_collator=None, model=IdxModel()),
+        (build_train_dataloader(idx_items(10), DataContext(args=args, data_collator=None, model=IdxModel())),
          trainer.get_train_dataloader()),
-        (build_eval_dataloader(idx_items(10), args=args, data_collator=None, model=IdxModel()),
+        (build_eval_dataloader(idx_items(10), DataContext(args=args, data_collator=None, model=IdxModel())),
          trainer.get_eval_dataloader()),
     ]  # fmt: skip
     for ours, ref in pairs:
@@ -565,7 +594,9 @@ def test_workers_are_seeded_like_reference(make_args):
 
     def run_ours() -> list[dict]:
         set_seed(42)
-        loader = build_train_dataloader(NumpyDraws(), args=args, data_collator=None, model=IdxModel())
+        loader = build_train_dataloader(
+            NumpyDraws(), DataContext(args=args, data_collator=None, model=IdxModel())
+        )
         return [batch for batch in loader]
 
     first, second = run_ours(), run_ours()
@@ -612,9 +643,9 @@ def test_num_examples_matches_reference(make_args):
 
 def test_missing_dataset_raises(make_args):
     with pytest.raises(ValueError, match="requires a train_dataset"):
-        build_train_dataloader(None, args=make_args(), data_collator=None, model=IdxModel())
+        build_train_dataloader(None, DataContext(args=make_args(), data_collator=None, model=IdxModel()))
     with pytest.raises(ValueError, match="requires an eval_dataset"):
-        build_eval_dataloader(None, args=make_args(), data_collator=None, model=IdxModel())
+        build_eval_dataloader(None, DataContext(args=make_args(), data_collator=None, model=IdxModel()))
 
 
 def test_worker_init_is_picklable():
@@ -633,6 +664,7 @@ class Block(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Block())
 from types import SimpleNamespace
 import torch
+from hf_lightning.data.context import DataContext
 from hf_lightning.data.dataloaders import build_train_dataloader, set_train_epoch
 
 class Plain(torch.nn.Module):
@@ -648,7 +680,7 @@ args = SimpleNamespace(
 )
 torch.manual_seed(42)
 items = [{"x": float(i), "labels": i, "junk": "s"} for i in range(10)]
-loader = build_train_dataloader(items, args=args, data_collator=None, model=Plain())
+loader = build_train_dataloader(items, DataContext(args=args, data_collator=None, model=Plain()))
 for epoch in range(2):
     set_train_epoch(loader, epoch)
     batches = list(loader)
@@ -679,10 +711,13 @@ def test_an_iterable_dealt_from_the_first_process_under_tensor_parallel_replicas
             return getattr(args, name)
 
     with pytest.raises(ValueError, match="tensor parallelism over 2 data-parallel replicas"):
-        build_train_dataloader(EpochIterable(), args=FourProcesses(), data_collator=None, model=IdxModel(), world_size=2)
+        build_train_dataloader(
+            EpochIterable(),
+            DataContext(args=FourProcesses(), data_collator=None, model=IdxModel(), world_size=2),
+        )
     every_process_reads = make_args(accelerator_config={"dispatch_batches": False})
     FourProcesses.__getattr__ = lambda self, name: getattr(every_process_reads, name)
     loader = build_train_dataloader(
-        EpochIterable(), args=FourProcesses(), data_collator=None, model=IdxModel(), world_size=2
+        EpochIterable(), DataContext(args=FourProcesses(), data_collator=None, model=IdxModel(), world_size=2)
     )
     assert type(loader.dataset).__name__ == "IterableDatasetShard"
