@@ -10,15 +10,18 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler, SequentialSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.stateful_dataloader import _StatefulSingleProcessDataLoaderIter
 
 from hf_lightning.core.seeding import set_seed
 from hf_lightning.data.collate import collates_without_side_effects, pick_default_collator
-from hf_lightning.data.dataset_position import DatasetPositions, position_before, position_restorable
 from hf_lightning.data.iterable_sharding import (
     IterableDatasetShard,
     check_split_batch_size,
@@ -26,16 +29,22 @@ from hf_lightning.data.iterable_sharding import (
     shard_iterable_dataset,
     synchronize_generator,
 )
+from hf_lightning.data.loader_position import LoaderPosition, PositionPlan, plan_train_position
 from hf_lightning.data.model_inputs import (
     apply_column_removal,
     get_eval_sampler,
     get_train_sampler,
 )
+from hf_lightning.data.position_files import DataPositionRecord
 from hf_lightning.data.samplers import BatchRebalanceSampler, shard_batches
 from hf_lightning.translation.plan import ModuleSettings
 from hf_lightning.translation.translate import planned_settings
 
-_SINGLE_PROCESS_ITERATOR = torch.utils.data.dataloader._SingleProcessDataLoaderIter
+# The main-process iterators (torch's, torchdata's) whose examples `_skip_iterable_examples` can skip uncollated.
+_SINGLE_PROCESS_ITERATORS = (
+    torch.utils.data.dataloader._SingleProcessDataLoaderIter,
+    _StatefulSingleProcessDataLoaderIter,
+)
 _DATALOADER_ACCEPTS_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
 
 
@@ -65,7 +74,8 @@ class HFDataLoader(DataLoader):
 
     It re-applies its epoch when an iteration starts and counts completed iterations, and it fetches one
     batch ahead, so collation that draws random numbers interleaves with the model's draws exactly as in
-    the reference.
+    the reference. A train loader also knows its position (`positions`, data/loader_position.py), which a checkpoint
+    records (`position_record`).
     """
 
     def __init__(self, dataset: Any, *args: Any, **kwargs: Any) -> None:
@@ -73,8 +83,8 @@ class HFDataLoader(DataLoader):
         self.iteration = 0
         self._skip_next_iteration = 0
         self._skipping_now = 0
-        self._resume_position: tuple[int, Any] | None = None
-        self.dataset_positions = DatasetPositions(dataset, self.batch_size) if position_restorable(self) else None
+        self._continue: _ContinueAt | None = None
+        self.positions: LoaderPosition | None = None  # train loaders (`_build_dataloader`)
         # A generator set to the first process's state at each iteration (data/iterable_sharding.py).
         self.synchronized_generator: torch.Generator | None = None
         # The batch just yielded is its iteration's last (accelerate's `end_of_dataloader`): read by the evaluation
@@ -99,16 +109,15 @@ class HFDataLoader(DataLoader):
             raise ValueError(f"skip_first_batches_once: num_batches must be >= 0, got {num_batches}.")
         self._skip_next_iteration = num_batches
 
-    def resume_at_position(self, record: dict[str, Any] | None, epoch: int, num_batches: int) -> bool:
-        """Make the next iteration (epoch `epoch`) continue from the dataset's recorded position before batch
-        `num_batches` (`data/dataset_position.py`) instead of replaying those batches; False (nothing changed)
-        when this loader's dataset cannot be put back or `record` does not hold that position."""
-        positions = self.dataset_positions
-        state = position_before(record, epoch, num_batches, positions.batch_size) if positions is not None else None
-        if state is None:
-            return False
-        self._resume_position = (num_batches, state)
-        return True
+    def position_record(self, *, global_step: int, epoch: int, batch: int) -> DataPositionRecord | None:
+        """What a checkpoint at `global_step` keeps of this train loader, `batch` batches into pass `epoch` (None for a
+        loader that records nothing). A pass already completed is the next one's start."""
+        positions = self.positions
+        if positions is None:
+            return None
+        if self.iteration > epoch:  # the pass ended and its end was counted (an epoch-end save)
+            return positions.record(global_step=global_step, epoch=self.iteration, batch=0, end_of_epoch=False)
+        return positions.record(global_step=global_step, epoch=epoch, batch=batch, end_of_epoch=self.end_of_dataloader)
 
     @property
     def _index_sampler(self) -> Any:
@@ -131,19 +140,18 @@ class HFDataLoader(DataLoader):
             synchronize_generator(self.synchronized_generator)
         self.set_epoch(self.iteration)
         skip, self._skip_next_iteration = self._skip_next_iteration, 0
-        resumed_at, position = self._resume_position or (0, None)
-        self._resume_position = None
-        if position is not None:
-            self.dataset.load_state_dict(position)  # read by the dataset's next iteration, started below
-        iterator = self._skipped_iterator(skip)
-        if self.dataset_positions is None:
-            return iterator
-        # The position before the first batch: the one loaded, or where the replayed batches left the (started)
-        # iteration; at an epoch's start none (data/dataset_position.py `DatasetPositions.recording`).
-        first_state = position if position is not None else self.dataset.state_dict() if skip else None
-        return self.dataset_positions.recording(
-            iterator, self.iteration, resumed_at + skip, first_state, loaded=position is not None
-        )
+        resume, self._continue = self._continue, None
+        if resume is not None:
+            self.load_state_dict(resume.state)  # StatefulDataLoader: the iterator created next starts there
+            iterator, first = super().__iter__(), resume.batch
+        else:
+            iterator, first = self._skipped_iterator(skip), skip
+        positions = self.positions
+        if positions is not None and positions.stateful:
+            iterator = positions.recording(iterator, first)
+        if resume is not None and resume.after_first_fetch is not None:
+            iterator = _calling_after_first(iterator, resume.after_first_fetch)
+        return iterator
 
     def _skipped_iterator(self, skip: int) -> Iterator[Any]:
         replay = skip if isinstance(self.dataset, IterableDataset) else 0
@@ -166,6 +174,41 @@ class HFDataLoader(DataLoader):
         self.iteration += 1
 
 
+@dataclass(frozen=True)
+class _ContinueAt:
+    """A resume's pending start: batch `batch` of the next iteration, from the loader state recorded there."""
+
+    batch: int
+    state: dict[str, Any]
+    after_first_fetch: Callable[[], None] | None
+
+
+class StatefulHFDataLoader(HFDataLoader, StatefulDataLoader):
+    """An HFDataLoader read through torchdata's `StatefulDataLoader`, whose state (the sampler's, each worker's, the
+    dataset wrapper's: data/resumable_datasets.py) is captured while training reads it and restored by a resume."""
+
+    def continue_from(self, batch: int, state: dict[str, Any], after_first_fetch: Callable[[], None] | None) -> bool:
+        """Make the next iteration continue at batch `batch` from the loader `state` recorded there (nothing skipped
+        is fetched). With no workers and a collator drawing random numbers, the main process's random state is put
+        back for the first fetch: then `after_first_fetch` runs right after it (the checkpoint's own random state
+        follows from there) and True is returned; otherwise it is not called."""
+        calls_back = self.num_workers == 0 and self.positions is not None and self.positions.keeps_random_state
+        self._continue = _ContinueAt(batch, state, after_first_fetch if calls_back else None)
+        return calls_back
+
+
+def _calling_after_first(iterator: Iterator[Any], callback: Callable[[], None]) -> Iterator[Any]:
+    """`iterator`'s items, with `callback()` run once the first has been drawn (or the iterator found empty)."""
+    try:
+        first = next(iterator)
+    except StopIteration:
+        callback()
+        return
+    callback()
+    yield first
+    yield from iterator
+
+
 _EXHAUSTED = object()
 
 
@@ -177,7 +220,7 @@ def _skip_iterable_examples(iterator: Any, batches: int) -> bool:
     dataset that ends inside the skipped batches leaves the iterator exhausted, as the replay would."""
     fetcher = getattr(iterator, "_dataset_fetcher", None)
     examples = getattr(fetcher, "dataset_iter", None)
-    if not isinstance(iterator, _SINGLE_PROCESS_ITERATOR) or examples is None:
+    if not isinstance(iterator, _SINGLE_PROCESS_ITERATORS) or examples is None:
         return False
     if not collates_without_side_effects(getattr(fetcher, "collate_fn", None)):
         return False
@@ -296,10 +339,9 @@ def _build_dataloader(
                 dataset, params, args=args, settings=settings, world_size=world_size,
                 process_index=process_index, is_training=is_training,
             )  # fmt: skip
-        loader = HFDataLoader(dataset, **params)
-        if not is_training:
-            loader.dataset_positions = None  # an eval loop never resumes into its dataset: nothing to record
-        return loader
+        if not is_training:  # an eval loop never resumes into its dataset: nothing to record
+            return HFDataLoader(dataset, **params)
+        return _train_loader(dataset, params, args=args, num_processes=1)
 
     sampler = make_sampler(dataset)
     if isinstance(sampler, BatchRebalanceSampler):
@@ -314,6 +356,8 @@ def _build_dataloader(
             seed_worker, num_workers=args.dataloader_num_workers, rank=process_index
         )
     if world_size <= 1 or isinstance(sampler, BatchRebalanceSampler):
+        if is_training:
+            return _train_loader(dataset, params, args=args, num_processes=world_size)
         return HFDataLoader(dataset, **params)
 
     settings = planned_settings(args, settings)
@@ -332,7 +376,35 @@ def _build_dataloader(
         even_batches=settings.even_batches,
         split_batches=settings.split_batches,
     )
+    if is_training:
+        return _train_loader(dataset, params, args=args, num_processes=world_size)
     return HFDataLoader(dataset, **params)
+
+
+def _train_loader(dataset: Any, params: dict[str, Any], *, args: Any, num_processes: int) -> HFDataLoader:
+    """This process's train loader, read so that a resume can put it back (data/loader_position.py): a plain
+    HFDataLoader whose sampler skips indices, or a StatefulHFDataLoader over the dataset's wrapper."""
+    plan: PositionPlan = plan_train_position(
+        dataset, params["collate_fn"], num_workers=params["num_workers"], in_order=args.dataloader_in_order
+    )
+    if plan.stateful:
+        with warnings.catch_warnings():
+            # torchdata 0.11 calls torch.set_vital, which torch 2.13 deprecates: a warning per loader, none of ours.
+            warnings.filterwarnings("ignore", message=".*set_vital.*is deprecated")
+            # Workers report their state with every batch, so the state after any batch is known.
+            loader: HFDataLoader = StatefulHFDataLoader(plan.dataset, snapshot_every_n_steps=1, **params)
+    else:
+        loader = HFDataLoader(plan.dataset, **params)
+    batch_size = loader.batch_size if loader.batch_size is not None else getattr(loader.batch_sampler, "batch_size", None)
+    loader.positions = LoaderPosition(
+        plan,
+        dataset_name=type(dataset).__name__,
+        kind="iterable" if isinstance(dataset, IterableDataset) else "map",
+        batch_size=batch_size if isinstance(batch_size, int) else None,
+        num_processes=num_processes,
+        num_workers=params["num_workers"],
+    )
+    return loader
 
 
 def _iterable_loader_across_processes(
@@ -376,8 +448,7 @@ def _iterable_loader_across_processes(
             dataset, num_processes=world_size, process_index=process_index, split_batches=settings.split_batches,
             **params,
         )  # fmt: skip
-    # Each process's position differs and one process writes the checkpoint: a resume replays (data/dataset_position.py).
-    loader.dataset_positions = None
+    # No position is recorded: a resume replays the batches already trained on, as the reference does.
     return loader
 
 
