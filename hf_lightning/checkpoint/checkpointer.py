@@ -126,7 +126,7 @@ class Checkpointer:
             # Where the train data stands, with the training state a resume restores: this process's loader state
             # beside its RNG file, the run's position by the saving process (data/position_files.py).
             args = source.args
-            record = None if args.save_only_model else source._data_position_record()
+            record = None if source.plan.checkpointing.save_only_model else source._data_position_record()
             if record is not None:
                 state_name = data_state_file_name(args.world_size, args.process_index)
                 write_data_state(rng_dir or temporary_dir, record, state_name)

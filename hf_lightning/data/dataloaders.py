@@ -12,7 +12,6 @@ import inspect
 import itertools
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,7 +28,13 @@ from hf_lightning.data.iterable_sharding import (
     shard_iterable_dataset,
     synchronize_generator,
 )
-from hf_lightning.data.loader_position import LoaderPosition, PositionPlan, plan_train_position
+from hf_lightning.data.loader_position import (
+    ContinueAt,
+    LoaderPosition,
+    PositionPlan,
+    calling_after_first,
+    plan_train_position,
+)
 from hf_lightning.data.model_inputs import (
     apply_column_removal,
     get_eval_sampler,
@@ -83,7 +88,7 @@ class HFDataLoader(DataLoader):
         self.iteration = 0
         self._skip_next_iteration = 0
         self._skipping_now = 0
-        self._continue: _ContinueAt | None = None
+        self._continue: ContinueAt | None = None
         self.positions: LoaderPosition | None = None  # train loaders (`_build_dataloader`)
         # A generator set to the first process's state at each iteration (data/iterable_sharding.py).
         self.synchronized_generator: torch.Generator | None = None
@@ -150,7 +155,7 @@ class HFDataLoader(DataLoader):
         if positions is not None and positions.stateful:
             iterator = positions.recording(iterator, first)
         if resume is not None and resume.after_first_fetch is not None:
-            iterator = _calling_after_first(iterator, resume.after_first_fetch)
+            iterator = calling_after_first(iterator, resume.after_first_fetch)
         return iterator
 
     def _skipped_iterator(self, skip: int) -> Iterator[Any]:
@@ -174,15 +179,6 @@ class HFDataLoader(DataLoader):
         self.iteration += 1
 
 
-@dataclass(frozen=True)
-class _ContinueAt:
-    """A resume's pending start: batch `batch` of the next iteration, from the loader state recorded there."""
-
-    batch: int
-    state: dict[str, Any]
-    after_first_fetch: Callable[[], None] | None
-
-
 class StatefulHFDataLoader(HFDataLoader, StatefulDataLoader):
     """An HFDataLoader read through torchdata's `StatefulDataLoader`, whose state (the sampler's, each worker's, the
     dataset wrapper's: data/resumable_datasets.py) is captured while training reads it and restored by a resume."""
@@ -193,20 +189,8 @@ class StatefulHFDataLoader(HFDataLoader, StatefulDataLoader):
         back for the first fetch: then `after_first_fetch` runs right after it (the checkpoint's own random state
         follows from there) and True is returned; otherwise it is not called."""
         calls_back = self.num_workers == 0 and self.positions is not None and self.positions.keeps_random_state
-        self._continue = _ContinueAt(batch, state, after_first_fetch if calls_back else None)
+        self._continue = ContinueAt(batch, state, after_first_fetch if calls_back else None)
         return calls_back
-
-
-def _calling_after_first(iterator: Iterator[Any], callback: Callable[[], None]) -> Iterator[Any]:
-    """`iterator`'s items, with `callback()` run once the first has been drawn (or the iterator found empty)."""
-    try:
-        first = next(iterator)
-    except StopIteration:
-        callback()
-        return
-    callback()
-    yield first
-    yield from iterator
 
 
 _EXHAUSTED = object()

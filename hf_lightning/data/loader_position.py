@@ -19,7 +19,7 @@ drawn before the checkpoint's random state is restored. Here each train loader i
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,3 +136,24 @@ class LoaderPosition:
             "dataset": self.dataset_name,
         }
         return DataPositionRecord(position, state_json, tensors)
+
+
+@dataclass(frozen=True)
+class ContinueAt:
+    """A resume's pending start: batch `batch` of the next iteration, from the loader state recorded there."""
+
+    batch: int
+    state: dict[str, Any]
+    after_first_fetch: Callable[[], None] | None
+
+
+def calling_after_first(iterator: Iterator[Any], callback: Callable[[], None]) -> Iterator[Any]:
+    """`iterator`'s items, with `callback()` run once the first has been drawn (or the iterator found empty)."""
+    try:
+        first = next(iterator)
+    except StopIteration:
+        callback()
+        return
+    callback()
+    yield first
+    yield from iterator

@@ -1,10 +1,11 @@
-"""Resuming into an iterable dataset's epoch from the dataset's recorded position (data/dataset_position.py).
+"""Resuming into an iterable dataset's epoch from the data position a checkpoint keeps (data/position_files.py).
 
 A dataset with `state_dict()` / `load_state_dict()` (HF datasets' IterableDataset, or a user's) is put back where
 the checkpoint left it instead of being replayed: the resumed run is bit-identical to the uninterrupted one and to
-the replayed resume, matches transformers.Trainer's resume (which replays), and draws none of the skipped
-examples. A shuffle buffer, a collator that may draw random numbers, or a damaged record keep the replay or are
-refused before training.
+the replayed resume, matches transformers.Trainer's resume (which replays) in the first pass, and draws none of the
+skipped examples. In a later pass the recorded position is right where the reference's replay is not. A shuffle
+buffer or a plain iterable is put back by drawing its examples again, uncollated, and the run says so; a damaged
+record is refused before training.
 """
 
 from __future__ import annotations
@@ -16,11 +17,18 @@ import datasets
 import pytest
 import torch
 
-from hf_lightning.data.dataset_position import DATASET_POSITION_NAME
+from hf_lightning.data.position_files import DATA_POSITION_NAME, read_data_state
 from tests.models import DropoutMLP, regression_data
 from tests.parity.test_resume import assert_bit_identical, max_difference, step_logs, train
 
 SETTINGS = dict(max_steps=8, save_steps=3, gradient_accumulation_steps=2)
+STATE_NAME = "hf_lightning_data_state.safetensors"
+
+
+def saved_position(checkpoint) -> tuple[dict, dict]:
+    """A checkpoint's data position (JSON) and the train loader's state (safetensors)."""
+    position = json.loads((checkpoint / DATA_POSITION_NAME).read_text())
+    return position, read_data_state(str(checkpoint / STATE_NAME))
 
 
 class PositionedStream(torch.utils.data.IterableDataset):
@@ -70,7 +78,7 @@ def _resumed_with_then_without_record(tmp_path, checkpoint, items, **settings):
     runs = []
     for keep_record in (True, False):
         if not keep_record:
-            (checkpoint / DATASET_POSITION_NAME).unlink()
+            (checkpoint / DATA_POSITION_NAME).unlink()
         runs.append(
             train("ours", tmp_path / "b", PositionedStream(items), resume=str(checkpoint), make_model=DropoutMLP,
                   model_seed=7, **settings)
@@ -81,8 +89,9 @@ def _resumed_with_then_without_record(tmp_path, checkpoint, items, **settings):
 def test_a_stateful_dataset_continues_from_its_position_without_drawing_the_skipped_examples(tmp_path):
     items = regression_data(40).items
     straight, resumed, dataset, checkpoint = _interrupted_then_resumed(tmp_path, lambda: PositionedStream(items))
-    record = json.loads((checkpoint / DATASET_POSITION_NAME).read_text())
-    assert record["epoch"] == 0 and [6, {"next_index": 12}] in record["positions"]  # 3 updates x 2 batches of 2
+    position, state = saved_position(checkpoint)
+    assert (position["epoch"], position["batch"], position["restore"]) == (0, 6, "dataset_state")  # 3 updates x 2 x 2
+    assert state["dataset_state"] == {"dataset": {"next_index": 12}}
     assert_bit_identical(resumed.weights, straight.weights)
     assert step_logs(resumed.log_history) == step_logs(straight.log_history)
     # 5 more updates of 2 batches of 2 from example 12, plus the one batch drawn ahead: nothing before 12.
@@ -92,7 +101,7 @@ def test_a_stateful_dataset_continues_from_its_position_without_drawing_the_skip
 def test_the_position_resume_equals_the_replay_and_the_reference(tmp_path):
     items = regression_data(40).items
     _, by_position, _, checkpoint = _interrupted_then_resumed(tmp_path, lambda: PositionedStream(items))
-    (checkpoint / DATASET_POSITION_NAME).unlink()  # without the record the batches are replayed
+    (checkpoint / DATA_POSITION_NAME).unlink()  # without the record the batches are replayed
     replayed_dataset = PositionedStream(items)
     replayed = train(
         "ours", tmp_path / "b", replayed_dataset, resume=str(checkpoint), make_model=DropoutMLP, model_seed=7,
@@ -114,49 +123,67 @@ def test_the_position_resume_equals_the_replay_and_the_reference(tmp_path):
 
 def test_an_hf_datasets_stream_resumes_from_its_state(tmp_path):
     straight, resumed, _, checkpoint = _interrupted_then_resumed(tmp_path, lambda: _hf_stream(40))
-    assert (checkpoint / DATASET_POSITION_NAME).is_file()
+    assert (checkpoint / DATA_POSITION_NAME).is_file()
     assert_bit_identical(resumed.weights, straight.weights)
     assert step_logs(resumed.log_history) == step_logs(straight.log_history)
 
 
-def test_a_record_from_a_later_pass_of_the_dataset_is_not_applied(tmp_path):
+def test_a_record_from_a_later_pass_continues_there_where_the_reference_restarts_the_pass(tmp_path):
     # 20 examples: 5 updates (2 batches of 2) per pass. The reference places step 7 of a lengthless dataset at
-    # batch 14 of epoch 0 and replays (transformers #26413); the record (pass 1, batch 4) is not that position.
+    # batch 14 of epoch 0 and, the pass having 10 batches, starts the next pass from its first batch (transformers
+    # #26413); the record (pass 1, batch 4) is where the data stood, and the resume is the uninterrupted run.
     items = regression_data(20).items
     settings = dict(max_steps=9, save_steps=7, gradient_accumulation_steps=2)
+    straight = train("ours", tmp_path / "a", PositionedStream(items), make_model=DropoutMLP, **settings)
     train("ours", tmp_path / "b", PositionedStream(items), stop_at=7, make_model=DropoutMLP, **settings)
     checkpoint = tmp_path / "b" / "checkpoint-7"
-    assert json.loads((checkpoint / DATASET_POSITION_NAME).read_text())["epoch"] == 1
+    position, _ = saved_position(checkpoint)
+    assert (position["epoch"], position["batch"]) == (1, 4)
     with_record, replayed = _resumed_with_then_without_record(tmp_path, checkpoint, items, **settings)
-    assert_bit_identical(with_record.weights, replayed.weights)
+    assert_bit_identical(with_record.weights, straight.weights)
+    assert step_logs(with_record.log_history) == step_logs(straight.log_history)
+    assert max_difference(replayed.weights, straight.weights) > 1e-4  # the reference's place: another pass start
+    reference_dir = tmp_path / "r"
+    reference_straight = train("reference", tmp_path / "ra", PositionedStream(items), make_model=DropoutMLP, **settings)
+    train("reference", reference_dir, PositionedStream(items), stop_at=7, make_model=DropoutMLP, **settings)
+    reference = train("reference", reference_dir, PositionedStream(items), resume=str(reference_dir / "checkpoint-7"),
+                      make_model=DropoutMLP, model_seed=7, **settings)  # fmt: skip
+    assert max_difference(reference.weights, reference_straight.weights) > 1e-4  # the reference's resume is not exact
+    assert max_difference(with_record.weights, reference_straight.weights) <= 1e-6  # ours is its uninterrupted run
 
 
-def test_a_shuffle_buffer_keeps_the_replay(tmp_path):
+def test_a_shuffle_buffer_is_put_back_by_drawing_its_examples_and_the_run_says_so(tmp_path, caplog):
     def shuffled():
         return _hf_stream(40).shuffle(seed=3, buffer_size=8)
 
-    straight, resumed, _, checkpoint = _interrupted_then_resumed(tmp_path, shuffled)
-    assert not (checkpoint / DATASET_POSITION_NAME).exists()
+    with caplog.at_level("WARNING", logger="hf_lightning.checkpoint.data_resume"):
+        straight, resumed, _, checkpoint = _interrupted_then_resumed(tmp_path, shuffled)
+    position, state = saved_position(checkpoint)
+    assert position["restore"] == "examples_drawn" and state["dataset_state"]["examples"] == 12
     assert_bit_identical(resumed.weights, straight.weights)
+    said = [record.getMessage() for record in caplog.records if "cannot be put back" in record.getMessage()]
+    assert len(said) == 1 and "IterableDataset" in said[0] and "shuffle buffer" in said[0]
+    assert "12 examples" in said[0]
 
 
 def test_a_damaged_record_is_refused_before_training_naming_the_file(tmp_path):
     items = regression_data(40).items
     train("ours", tmp_path / "b", PositionedStream(items), stop_at=3, make_model=DropoutMLP, **SETTINGS)
     checkpoint = tmp_path / "b" / "checkpoint-3"
-    path = checkpoint / DATASET_POSITION_NAME
+    path = checkpoint / DATA_POSITION_NAME
     path.write_text('{"epoch": "zero"}')
     weights_before = os.path.getmtime(checkpoint / "model.safetensors")
-    with pytest.raises(ValueError, match=rf"{DATASET_POSITION_NAME}.*damaged.*Delete the file"):
+    with pytest.raises(ValueError, match=rf"{DATA_POSITION_NAME}.*damaged.*Delete the file"):
         train("ours", tmp_path / "b", PositionedStream(items), resume=str(checkpoint), make_model=DropoutMLP, **SETTINGS)
     assert os.path.getmtime(checkpoint / "model.safetensors") == weights_before
 
 
-def test_a_plain_iterable_dataset_writes_no_record(tmp_path):
+def test_a_plain_iterable_dataset_records_the_examples_drawn(tmp_path):
     from tests.parity.test_resume import StreamOfItems
 
     train("ours", tmp_path / "b", StreamOfItems(regression_data(40).items), stop_at=3, make_model=DropoutMLP, **SETTINGS)
-    assert not (tmp_path / "b" / "checkpoint-3" / DATASET_POSITION_NAME).exists()
+    position, state = saved_position(tmp_path / "b" / "checkpoint-3")
+    assert position["restore"] == "examples_drawn" and state["dataset_state"] == {"examples": 12}
 
 
 def test_an_asynchronous_save_keeps_the_position_of_its_step(tmp_path):
@@ -180,11 +207,12 @@ def test_an_asynchronous_save_keeps_the_position_of_its_step(tmp_path):
         if asynchronous:
             trainer.lightning_trainer_overrides = {"plugins": [AsyncCheckpointIO()]}
         trainer.train()
-        records.append([json.loads((run_dir / f"checkpoint-{step}" / DATASET_POSITION_NAME).read_text())
-                        for step in (3, 6)])
+        records.append([saved_position(run_dir / f"checkpoint-{step}") for step in (3, 6)])
     assert records[1] == records[0]
-    assert [6, {"next_index": 12}] in records[0][0]["positions"]
-    assert [12, {"next_index": 24}] in records[0][1]["positions"]
+    assert [(position["batch"], state["dataset_state"]) for position, state in records[0]] == [
+        (6, {"dataset": {"next_index": 12}}),
+        (12, {"dataset": {"next_index": 24}}),
+    ]
 
 
 def test_a_resume_at_another_batch_size_replays_instead_of_loading_the_position(tmp_path):
@@ -209,10 +237,9 @@ def test_each_recorded_position_is_the_dataset_state_before_that_batch(tmp_path)
     train("ours", tmp_path / "b", PositionedStream(items), resume=str(tmp_path / "b" / "checkpoint-3"),
           stop_at=4, make_model=DropoutMLP, model_seed=7, **settings)
     for step in (1, 4):
-        record = json.loads((tmp_path / "b" / f"checkpoint-{step}" / DATASET_POSITION_NAME).read_text())
-        assert record["positions"], step
-        for index, state in record["positions"]:
-            assert state == {"next_index": 2 * index}, (step, index, state)
+        position, state = saved_position(tmp_path / "b" / f"checkpoint-{step}")
+        assert position["batch"] == step, step
+        assert state["dataset_state"] == {"dataset": {"next_index": 2 * step}}, (step, state)
 
 
 def test_a_damaged_record_makes_the_checkpoint_invalid_for_resume_true(tmp_path):
@@ -220,10 +247,10 @@ def test_a_damaged_record_makes_the_checkpoint_invalid_for_resume_true(tmp_path)
 
     items = regression_data(40).items
     train("ours", tmp_path / "b", PositionedStream(items), stop_at=6, make_model=DropoutMLP, **SETTINGS)
-    path = tmp_path / "b" / "checkpoint-6" / DATASET_POSITION_NAME
+    path = tmp_path / "b" / "checkpoint-6" / DATA_POSITION_NAME
     path.write_text("{")
     problem = checkpoint_problem(str(tmp_path / "b" / "checkpoint-6"))
-    assert problem is not None and DATASET_POSITION_NAME in problem
+    assert problem is not None and DATA_POSITION_NAME in problem
     assert checkpoint_problem(str(tmp_path / "b" / "checkpoint-3")) is None
     resumed = train("ours", tmp_path / "b", PositionedStream(items), resume=True, stop_at=5, make_model=DropoutMLP,
                     model_seed=7, **SETTINGS)
@@ -241,8 +268,8 @@ def test_only_the_train_loader_records_positions():
     args = TrainingArguments(output_dir="unused", use_cpu=True, report_to="none", per_device_train_batch_size=2)
     items = regression_data(8).items
     common = dict(args=args, data_collator=None, model=DropoutMLP(0))
-    assert build_train_dataloader(PositionedStream(items), **common).dataset_positions is not None
-    assert build_eval_dataloader(PositionedStream(items), **common).dataset_positions is None
+    assert build_train_dataloader(PositionedStream(items), **common).positions is not None
+    assert build_eval_dataloader(PositionedStream(items), **common).positions is None
 
 
 def test_an_hf_datasets_stream_forgets_the_loaded_position_once_the_resumed_pass_started(tmp_path):
