@@ -17,10 +17,11 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler, SequentialSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
-from torchdata.stateful_dataloader.stateful_dataloader import _StatefulSingleProcessDataLoaderIter
+from torchdata.stateful_dataloader.sampler import BatchSampler as StatefulBatchSampler
 
 from hf_lightning.core.seeding import set_seed
-from hf_lightning.data.collate import collates_without_side_effects, pick_default_collator
+from hf_lightning.data.batch_skipping import LazyBatches, SkipFirst, skip_iterable_examples
+from hf_lightning.data.collate import pick_default_collator
 from hf_lightning.data.iterable_sharding import (
     IterableDatasetShard,
     check_split_batch_size,
@@ -45,11 +46,6 @@ from hf_lightning.data.samplers import BatchRebalanceSampler, shard_batches
 from hf_lightning.translation.plan import ModuleSettings
 from hf_lightning.translation.translate import planned_settings
 
-# The main-process iterators (torch's, torchdata's) whose examples `_skip_iterable_examples` can skip uncollated.
-_SINGLE_PROCESS_ITERATORS = (
-    torch.utils.data.dataloader._SingleProcessDataLoaderIter,
-    _StatefulSingleProcessDataLoaderIter,
-)
 _DATALOADER_ACCEPTS_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
 
 
@@ -107,7 +103,7 @@ class HFDataLoader(DataLoader):
         A map-style dataset is skipped at the batch-index level: the skipped batches' indices are drawn from the
         (batch) sampler but no item is loaded or collated, so the cost does not grow with the data skipped. An
         IterableDataset has no indices: its first batches' examples are drawn and discarded, collated too (as
-        accelerate replays them) unless the collator is known to have no side effects (`_skip_iterable_examples`).
+        accelerate replays them) unless the collator is known to have no side effects (`skip_iterable_examples`).
         `len()` is unchanged (it stays the epoch's length).
         """
         if num_batches < 0:
@@ -130,7 +126,7 @@ class HFDataLoader(DataLoader):
         # `len(self)` and later epochs see the plain sampler (a persistent-worker iterator that keeps the wrapper
         # finds its skip count spent).
         sampler = super()._index_sampler
-        return _SkipFirst(sampler, self._skipping_now) if self._skipping_now else sampler
+        return SkipFirst(sampler, self._skipping_now) if self._skipping_now else sampler
 
     def __iter__(self) -> Iterator[Any]:
         # Lazy, as a generator would be: the epoch and a resume skip are read when the first batch is drawn.
@@ -168,7 +164,7 @@ class HFDataLoader(DataLoader):
             iterator = super().__iter__()
         finally:
             self._skipping_now = 0
-        if replay and _skip_iterable_examples(iterator, replay):
+        if replay and skip_iterable_examples(iterator, replay):
             return iterator
         for _ in range(replay):
             if next(iterator, _EXHAUSTED) is _EXHAUSTED:
@@ -192,31 +188,14 @@ class StatefulHFDataLoader(HFDataLoader, StatefulDataLoader):
         self._continue = ContinueAt(batch, state, after_first_fetch if calls_back else None)
         return calls_back
 
+    @property
+    def _index_sampler(self) -> Any:
+        # torchdata's batch sampler starts the sampler eagerly; torch's DataLoader, whose random draws we keep, lazily.
+        sampler = super()._index_sampler
+        return LazyBatches(sampler) if isinstance(sampler, StatefulBatchSampler) else sampler
+
 
 _EXHAUSTED = object()
-
-
-def _skip_iterable_examples(iterator: Any, batches: int) -> bool:
-    """Skip an IterableDataset's first `batches` batches without collating them, when that is the same as loading
-    and discarding them: one process reading the dataset (no workers), a collator known to draw no random numbers.
-    Then only the examples are drawn (what a batch's fetch draws: `batch_size` of them, fewer at the end), so the
-    resume cost is the dataset's own iteration. Returns False (nothing skipped) where that cannot be told; a
-    dataset that ends inside the skipped batches leaves the iterator exhausted, as the replay would."""
-    fetcher = getattr(iterator, "_dataset_fetcher", None)
-    examples = getattr(fetcher, "dataset_iter", None)
-    if not isinstance(iterator, _SINGLE_PROCESS_ITERATORS) or examples is None:
-        return False
-    if not collates_without_side_effects(getattr(fetcher, "collate_fn", None)):
-        return False
-    per_batch = iterator._index_sampler.batch_size if fetcher.auto_collation else 1
-    wanted = batches * per_batch
-    drawn = sum(1 for _ in itertools.islice(examples, wanted))
-    for _ in itertools.islice(iterator._sampler_iter, batches):  # the batches' (empty) indices, as fetches take
-        pass
-    iterator._num_yielded += batches
-    if drawn < wanted:
-        fetcher.ended = True  # the dataset ended inside the skipped batches: no batch is left in this epoch
-    return True
 
 
 def one_batch_ahead(
@@ -244,23 +223,6 @@ def one_batch_ahead(
         current = upcoming
     if after_last is not None:
         after_last()
-
-
-class _SkipFirst:
-    """Iterate `sampler` without its first `skip` elements (indices or index lists), once: the skip is spent
-    when the first element is drawn, not by `iter()`. torch's multi-worker iterator calls `iter()` twice while it
-    is created (its base `__init__`, then `_reset`) and draws only from the second."""
-
-    def __init__(self, sampler: Any, skip: int) -> None:
-        self.sampler = sampler
-        self.skip = skip
-
-    def __iter__(self) -> Iterator[Any]:
-        skip, self.skip = self.skip, 0
-        yield from itertools.islice(iter(self.sampler), skip, None)
-
-    def __len__(self) -> int:
-        return max(len(self.sampler) - self.skip, 0)
 
 
 def set_train_epoch(dataloader: Any, epoch: int) -> None:

@@ -178,12 +178,20 @@ def test_a_damaged_record_is_refused_before_training_naming_the_file(tmp_path):
     assert os.path.getmtime(checkpoint / "model.safetensors") == weights_before
 
 
-def test_a_plain_iterable_dataset_records_the_examples_drawn(tmp_path):
+def test_a_plain_iterable_dataset_is_put_back_by_drawing_its_examples_and_the_run_says_so_once(tmp_path, caplog):
     from tests.parity.test_resume import StreamOfItems
 
-    train("ours", tmp_path / "b", StreamOfItems(regression_data(40).items), stop_at=3, make_model=DropoutMLP, **SETTINGS)
+    items = regression_data(40).items
+    straight = train("ours", tmp_path / "a", StreamOfItems(items), make_model=DropoutMLP, **SETTINGS)
+    train("ours", tmp_path / "b", StreamOfItems(items), stop_at=3, make_model=DropoutMLP, **SETTINGS)
     position, state = saved_position(tmp_path / "b" / "checkpoint-3")
     assert position["restore"] == "examples_drawn" and state["dataset_state"] == {"examples": 12}
+    with caplog.at_level("WARNING"):
+        resumed = train("ours", tmp_path / "b", StreamOfItems(items), resume=True, make_model=DropoutMLP, model_seed=7,
+                        **SETTINGS)  # fmt: skip
+    assert_bit_identical(resumed.weights, straight.weights)
+    said = [record.getMessage() for record in caplog.records if "StreamOfItems" in record.getMessage()]
+    assert len(said) == 1 and "no state_dict()" in said[0] and "without collating" in said[0], said
 
 
 def test_an_asynchronous_save_keeps_the_position_of_its_step(tmp_path):
@@ -286,3 +294,44 @@ def test_an_hf_datasets_stream_forgets_the_loaded_position_once_the_resumed_pass
     resumed.set_epoch(0)
     first = next(iter(resumed))
     assert torch.equal(first["x"], regression_data(40).items[0]["x"])
+
+
+def _masking_collator(features):
+    """Stacks the examples and masks inputs from torch's global generator, as an MLM collator does."""
+    batch = {key: torch.stack([feature[key] for feature in features]) for key in features[0]}
+    batch["x"] = batch["x"] * (torch.rand(batch["x"].shape) > 0.3)
+    return batch
+
+
+def _masked_run(library: str, output_dir, *, stop_at=None, resume=None, model_seed=0):
+    import transformers
+
+    from hf_lightning import TrainingArguments
+    from hf_lightning.engine.trainer import HFLightningTrainer
+    from tests.parity.test_resume import StopAt
+
+    args_cls, trainer_cls = (
+        (TrainingArguments, HFLightningTrainer) if library == "ours" else (transformers.TrainingArguments, transformers.Trainer)
+    )
+    args = args_cls(output_dir=str(output_dir), use_cpu=True, report_to="none", disable_tqdm=True, seed=123,
+                    per_device_train_batch_size=2, learning_rate=1e-2, logging_steps=1, max_steps=8, save_steps=3)  # fmt: skip
+    trainer = trainer_cls(
+        model=DropoutMLP(model_seed), args=args, train_dataset=regression_data(12), data_collator=_masking_collator,
+        callbacks=[StopAt(stop_at)] if stop_at is not None else [],
+    )  # fmt: skip
+    trainer.train(resume_from_checkpoint=resume)
+    return {name: tensor.detach().clone() for name, tensor in trainer.model.state_dict().items()}
+
+
+def test_a_masking_collator_resumes_exactly_where_the_reference_does_not(tmp_path):
+    # The reference fetches the first batch after a resume before it restores the checkpoint's RNG state, so that
+    # batch is masked with other random numbers than in the uninterrupted run; ours collates it from the state the
+    # uninterrupted run collated it from (the loader's recorded random state), then restores the checkpoint's.
+    weights = {}
+    for library in ("ours", "reference"):
+        weights[library, "straight"] = _masked_run(library, tmp_path / library / "a")
+        _masked_run(library, tmp_path / library / "b", stop_at=3)
+        weights[library, "resumed"] = _masked_run(library, tmp_path / library / "b", resume=True, model_seed=7)
+    assert_bit_identical(weights["ours", "resumed"], weights["ours", "straight"])
+    assert max_difference(weights["ours", "straight"], weights["reference", "straight"]) <= 1e-6
+    assert max_difference(weights["reference", "resumed"], weights["reference", "straight"]) > 1e-4
