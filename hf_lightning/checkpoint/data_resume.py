@@ -91,7 +91,13 @@ def plan_continuation(
         chosen = DataContinuation(reference_epoch, reference_batch, saved.state)
     else:
         chosen = DataContinuation(position["epoch"], position["batch"], saved.state)
-    if chosen.batch and chosen.state is None and positions.stateful:
+    if chosen.batch and positions.restore == "replay" and positions.reason:
+        logger.warning(
+            f"The train dataset ({positions.dataset_name}) cannot be resumed exactly ({positions.reason}): the "
+            f"{chosen.batch} batches before the resume point are replayed as transformers.Trainer does, and the "
+            "batches after it may not be the uninterrupted run's."
+        )
+    elif chosen.batch and chosen.state is None and positions.stateful:
         _say_replay(positions, chosen.batch, "the checkpoint holds no loader state for this process")
     elif chosen.batch and positions.restore == "examples_drawn":
         examples = chosen.batch * (positions.batch_size or 1)

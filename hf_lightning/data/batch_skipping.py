@@ -71,6 +71,11 @@ class LazyBatches:
     def __len__(self) -> int:
         return len(self.batch_sampler)
 
+    def __getattr__(self, name: str) -> Any:  # batch_size, drop_last, sampler: the batch sampler's
+        if name == "batch_sampler":
+            raise AttributeError(name)
+        return getattr(self.batch_sampler, name)
+
     def __iter__(self) -> _LazyBatchIterator:
         return _LazyBatchIterator(self.batch_sampler)
 

@@ -174,8 +174,15 @@ def read_data_state(path: str) -> Any:
 def data_position_problem(folder: str) -> str | None:
     """Why the data-position files of checkpoint `folder` cannot be used (naming the file), or None."""
     try:
-        if os.path.isfile(os.path.join(folder, DATA_POSITION_NAME)):
-            read_data_position(os.path.join(folder, DATA_POSITION_NAME))
+        path = os.path.join(folder, DATA_POSITION_NAME)
+        position = read_data_position(path) if os.path.isfile(path) else None
+        if position is not None and position["restore"] in ("dataset_state", "examples_drawn") and position["batch"]:
+            # Mid-pass, the loader state of every process says where its readers stand: the position needs them.
+            processes = position["num_processes"]
+            for index in range(processes):
+                name = data_state_file_name(processes, index)
+                if not os.path.isfile(os.path.join(folder, name)):
+                    raise ValueError(_damaged(path, f"the loader state it needs, {name}, is missing"))
         for name in sorted(os.listdir(folder)):
             if DATA_STATE_PATTERN.match(name):
                 read_data_state(os.path.join(folder, name))

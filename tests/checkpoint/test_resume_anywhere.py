@@ -157,9 +157,14 @@ def killed_child(kind: str, run_dir, *, workers: int, kill_at: int) -> int:
     pytest.fail(f"the child killed at forward {kill_at} hung for {CHILD_TIMEOUT_S} s")
 
 
-def kill_points(case: str, count: int = 2) -> list[int]:
-    """Forward passes to kill at, drawn with a seed fixed per case: past the first checkpoint (forward 4)."""
-    return sorted(random.Random(f"resume-anywhere:{case}").sample(range(6, FORWARDS + 1), count))
+def kill_points(case: str) -> list[int]:
+    """Forward passes to kill at, drawn with a seed fixed per case: one with an epoch boundary between the last
+    checkpoint and the kill (checkpoints every 4 forwards, passes of 6), one inside an accumulation window (the
+    window's second forward, its first one trained on) past the first pass."""
+    rng = random.Random(f"resume-anywhere:{case}")
+    across_epoch = rng.choice([7, 8, 19, 20])  # checkpoint at forward 4 / 16, pass ends at 6 / 18
+    in_window = rng.choice(range(10, FORWARDS + 1, 2))
+    return sorted({across_epoch, in_window})
 
 
 CASES = [

@@ -335,3 +335,29 @@ def test_a_masking_collator_resumes_exactly_where_the_reference_does_not(tmp_pat
     assert_bit_identical(weights["ours", "resumed"], weights["ours", "straight"])
     assert max_difference(weights["ours", "straight"], weights["reference", "straight"]) <= 1e-6
     assert max_difference(weights["reference", "resumed"], weights["reference", "straight"]) > 1e-4
+
+
+def test_a_missing_loader_state_makes_the_checkpoint_invalid(tmp_path):
+    from hf_lightning.checkpoint.files import checkpoint_problem
+
+    items = regression_data(40).items
+    train("ours", tmp_path / "b", PositionedStream(items), stop_at=3, make_model=DropoutMLP, **SETTINGS)
+    checkpoint = tmp_path / "b" / "checkpoint-3"
+    assert checkpoint_problem(str(checkpoint)) is None
+    (checkpoint / STATE_NAME).unlink()
+    problem = checkpoint_problem(str(checkpoint))
+    assert problem is not None and DATA_POSITION_NAME in problem and f"{STATE_NAME}, is missing" in problem
+
+
+def test_out_of_order_workers_are_said_to_be_inexact_before_training(tmp_path, caplog):
+    # With dataloader_in_order=False the workers' batches arrive as they are ready: no position names what was
+    # trained on, so the resume replays as the reference does, and says that the order after it may differ.
+    settings = dict(SETTINGS, dataloader_num_workers=2, dataloader_in_order=False)
+    items = regression_data(40).items
+    train("ours", tmp_path / "b", PositionedStream(items), stop_at=3, make_model=DropoutMLP, **settings)
+    with caplog.at_level("WARNING", logger="hf_lightning.checkpoint.data_resume"):
+        train("ours", tmp_path / "b", PositionedStream(items), resume=True, stop_at=4, make_model=DropoutMLP,
+              **settings)  # fmt: skip
+    said = [record.getMessage() for record in caplog.records]
+    assert len(said) == 1 and "PositionedStream" in said[0] and "dataloader_in_order=False" in said[0], said
+    assert "cannot be resumed exactly" in said[0]
