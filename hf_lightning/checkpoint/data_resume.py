@@ -67,6 +67,25 @@ def plan_continuation(
 ) -> DataContinuation:
     """The resumed data's pass, batch and loader state, and the one message before training where the resume is not
     flat and exact."""
+    chosen = _continuation(
+        saved, loader, global_step=global_step, reference_epoch=reference_epoch, reference_batch=reference_batch
+    )
+    persistent = getattr(loader, "num_workers", 0) and getattr(loader, "persistent_workers", False)
+    if chosen.epoch and not chosen.batch and persistent:
+        name = getattr(getattr(loader, "positions", None), "dataset_name", None) or type(loader.dataset).__name__
+        logger.warning(
+            f"Resuming at the start of pass {chosen.epoch} over the train dataset ({name}) "
+            "with dataloader_persistent_workers=True: the uninterrupted run's workers carry their random state and "
+            "the loader's seed over from the previous pass, the resumed run starts new ones (as transformers.Trainer "
+            "does), so the random numbers drawn after the resume (dropout, random collation in the workers) may "
+            "differ from the uninterrupted run's."
+        )
+    return chosen
+
+
+def _continuation(
+    saved: SavedDataPosition | None, loader: Any, *, global_step: int, reference_epoch: int, reference_batch: int
+) -> DataContinuation:
     reference = DataContinuation(reference_epoch, reference_batch)
     positions = getattr(loader, "positions", None)
     if positions is None:

@@ -361,3 +361,42 @@ def test_out_of_order_workers_are_said_to_be_inexact_before_training(tmp_path, c
     said = [record.getMessage() for record in caplog.records]
     assert len(said) == 1 and "PositionedStream" in said[0] and "dataloader_in_order=False" in said[0], said
     assert "cannot be resumed exactly" in said[0]
+
+
+def test_the_data_position_files_are_the_documented_plain_format(tmp_path):
+    # docs/design.md "Resume anywhere": the run's position as JSON (a global sample position), each process's loader
+    # state as JSON metadata plus tensors in safetensors; nothing pickled.
+    from safetensors import safe_open
+
+    from tests.parity.test_resume import StreamOfItems
+
+    train("ours", tmp_path / "b", StreamOfItems(regression_data(40).items), stop_at=3, make_model=DropoutMLP,
+          dataloader_num_workers=2, **SETTINGS)  # fmt: skip
+    checkpoint = tmp_path / "b" / "checkpoint-3"
+    position = json.loads((checkpoint / DATA_POSITION_NAME).read_text())
+    assert position == {
+        "format": 1, "global_step": 3, "epoch": 0, "batch": 6, "end_of_epoch": False, "batch_size": 2,
+        "num_processes": 1, "samples_in_epoch": 12, "num_workers": 2, "kind": "iterable",
+        "restore": "examples_drawn", "dataset": "StreamOfItems",
+    }  # fmt: skip
+    with safe_open(str(checkpoint / STATE_NAME), framework="pt") as handle:
+        metadata = handle.metadata()
+    assert metadata["format"] == "1"
+    state = json.loads(metadata["state"])  # plain JSON: torchdata's state with each worker's
+    worker_states = state["_snapshot"]["_worker_snapshots"]
+    assert sorted(worker_states) == ["worker_0", "worker_1"]
+    # Each worker draws the whole stream (it is not dealt across workers): 3 batches of 2 each.
+    assert [worker_states[name]["dataset_state"]["examples"] for name in sorted(worker_states)] == [6, 6]
+    assert not [path for path in checkpoint.iterdir() if path.suffix in (".pkl", ".pickle")]
+
+
+def test_persistent_workers_resumed_at_a_pass_start_are_said_to_differ(tmp_path, caplog):
+    # The uninterrupted run's persistent workers (and the loader's seed) carry over from the previous pass; a resume
+    # at a pass start begins new ones, as the reference does: said before training, not resumed silently.
+    settings = dict(max_steps=8, save_steps=6, dataloader_num_workers=2, dataloader_persistent_workers=True)
+    train("ours", tmp_path / "b", regression_data(12), stop_at=6, make_model=DropoutMLP, **settings)
+    with caplog.at_level("WARNING", logger="hf_lightning.checkpoint.data_resume"):
+        train("ours", tmp_path / "b", regression_data(12), resume=True, stop_at=7, make_model=DropoutMLP, **settings)
+    said = [record.getMessage() for record in caplog.records]
+    assert len(said) == 1 and "start of pass 1" in said[0] and "ListDataset" in said[0], said
+    assert "dataloader_persistent_workers=True" in said[0]
