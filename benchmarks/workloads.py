@@ -292,7 +292,7 @@ def build_workload(name: str, scale: str, steps: int | None = None) -> Workload:
         return Workload(
             name="resume", batch_size=4, grad_accum=1, max_steps=2, learning_rate=1e-3, logging_steps=50,
             num_examples=0, build_model=MLPRegressor, build_dataset=_regression_dataset,
-            extra={"positions": tuple(settings["resume_positions"])},
+            extra={"positions": tuple(settings["resume_positions"]), "tries": settings["resume_tries"]},
         )
     if steps is not None:
         settings.update(tiny_steps=steps, cls_steps=steps, clm_steps=steps)

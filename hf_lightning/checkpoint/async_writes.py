@@ -203,8 +203,8 @@ def snapshot_for_writing(facade: Any) -> _FacadeCopy:
     )
     rng_states = facade._rng_states()
     replaced["_rng_states"] = lambda: rng_states
-    dataset_position = facade._dataset_position_record()
-    replaced["_dataset_position_record"] = lambda: dataset_position
+    data_position = facade._data_position_record()
+    replaced["_data_position_record"] = lambda: data_position
     if should_save:
         facade._refresh_stateful_callbacks()
     replaced["state"] = copy.deepcopy(facade.state)

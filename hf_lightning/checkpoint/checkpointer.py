@@ -35,7 +35,7 @@ from hf_lightning.checkpoint.files import (
 from hf_lightning.checkpoint.output_folder import write_failure
 from hf_lightning.core.checkpoint_files import TRAINER_STATE_NAME, checkpoint_folder_name
 from hf_lightning.core.enums import enum_value
-from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, write_position_record
+from hf_lightning.data.position_files import data_state_file_name, write_data_position, write_data_state
 from hf_lightning.strategies.distributed import barrier
 
 logger = logging.getLogger(__name__)
@@ -123,10 +123,16 @@ class Checkpointer:
                 start_writeback()
                 source._save_scaler(temporary_dir)
                 source._save_rng_state(rng_dir or temporary_dir)
+            # Where the train data stands, with the training state a resume restores: this process's loader state
+            # beside its RNG file, the run's position by the saving process (data/position_files.py).
+            args = source.args
+            record = None if source.plan.checkpointing.save_only_model else source._data_position_record()
+            if record is not None:
+                state_name = data_state_file_name(args.world_size, args.process_index)
+                write_data_state(rng_dir or temporary_dir, record, state_name)
             if source.args.should_save:
-                record = source._dataset_position_record()
-                if record is not None:  # a resume continues the dataset from there (data/dataset_position.py)
-                    write_position_record(os.path.join(temporary_dir, DATASET_POSITION_NAME), record)
+                if record is not None:
+                    write_data_position(temporary_dir, record)
                 source._refresh_stateful_callbacks()
                 reach("trainer_state")
                 source.state.save_to_json(os.path.join(temporary_dir, TRAINER_STATE_NAME))

@@ -32,7 +32,7 @@ from hf_lightning.core.checkpoint_files import (
     checkpoint_folder_name,
     safe_torch_load,
 )
-from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, position_record_problem
+from hf_lightning.data.position_files import data_position_problem
 
 CHECKPOINT_FORMAT = 1
 
@@ -166,7 +166,7 @@ def checkpoint_problem(path: str, read_next: Collection[str] = ()) -> str | None
     """Why `path` is not a checkpoint a resume can trust (naming the file and what is wrong), or None.
 
     The files decide, the marker alone does not. Ours (completion marker present): the marker parses, and the
-    weights, trainer state and every optimizer / scheduler / scaler / RNG / dataset-position file present load. The reference's (no
+    weights, trainer state and every optimizer / scheduler / scaler / RNG / data-position file present load. The reference's (no
     marker): weights, optimizer, scheduler, RNG and trainer-state files are all present and load. "Load" is
     cheap: the safetensors header and its byte ranges against the file size, `torch.load(weights_only=True,
     mmap=True)` (tensors mapped, not read), and the trainer state parsed with its step and intervals present.
@@ -210,9 +210,7 @@ def checkpoint_problem(path: str, read_next: Collection[str] = ()) -> str | None
         problem = rng_state_problem(os.path.join(path, name))
         if problem is not None:
             return problem
-    if os.path.isfile(os.path.join(path, DATASET_POSITION_NAME)):
-        return position_record_problem(os.path.join(path, DATASET_POSITION_NAME))
-    return None
+    return data_position_problem(path)
 
 
 def _has_sharded_model(path: str) -> bool:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hf_lightning.callbacks import TrainerControl, TrainerState
+from hf_lightning.checkpoint.data_resume import SavedDataPosition, plan_continuation, read_saved_position
 from hf_lightning.checkpoint.files import (
     checkpoint_problem,
     clean_scratch_folders,
@@ -41,7 +42,6 @@ from hf_lightning.core.checkpoint_files import (
 from hf_lightning.core.enums import enum_value
 from hf_lightning.core.protocols import RunLike, TrainerLike
 from hf_lightning.core.reference_logging import reference_logger, warning_once
-from hf_lightning.data.dataset_position import DATASET_POSITION_NAME, read_position_record
 from hf_lightning.strategies.checkpoint_io import optimizer_map_location
 from hf_lightning.strategies.distributed import barrier
 
@@ -57,7 +57,7 @@ class ResumeFiles:
     checkpoint: str
     names: list[str] = field(default_factory=list)
     loaded: dict[str, Any] = field(default_factory=dict)
-    dataset_position: dict[str, Any] | None = None  # data/dataset_position.py's record, when the checkpoint has one
+    data_position: SavedDataPosition | None = None  # where the train data stood (checkpoint/data_resume.py)
 
     def take(self, name: str, map_location: Any = "cpu") -> Any:
         """The file's content: the copy read at entry the first time, a fresh read after that.
@@ -81,6 +81,7 @@ class ResumePoint:
     entered: bool = False
     rng_pending: bool = False
     replay: int = 0
+    data_state: Any | None = None  # the train loader's state at the resume point, when one was recorded
 
 
 # ---- train() entry -------------------------------------------------------------------------------------------
@@ -298,9 +299,11 @@ class Resumer:
                 )
             except ValueError as error:  # safe_torch_load's refusal, naming the file
                 raise ValueError(_refusal(checkpoint, str(error))) from error
-        position_path = os.path.join(checkpoint, DATASET_POSITION_NAME)
-        if os.path.isfile(position_path) and not plan.checkpointing.ignore_data_skip:
-            files.dataset_position = read_position_record(position_path)
+        if not plan.checkpointing.ignore_data_skip:
+            try:
+                files.data_position = read_saved_position(checkpoint, args.world_size, args.process_index)
+            except ValueError as error:  # a damaged data-position file, named
+                raise ValueError(_refusal(checkpoint, str(error))) from error
         if io.loads_weights_before_training:  # the reference's moment: before the optimizer exists
             trainer._load_from_checkpoint(checkpoint)
         if args.auto_find_batch_size:
@@ -309,9 +312,10 @@ class Resumer:
                 trainer._train_batch_size = saved_batch_size
         self.files = files
 
-    def restore_trainer_state(self, values: Any) -> None:
+    def restore_trainer_state(self, values: Any, train_dataloader: Any = None) -> None:
         """Where the reference's `_init_training_state` runs: the checkpoint's `TrainerState` replaces the fresh one,
-        callbacks are restored, and the fast-forward is computed."""
+        callbacks are restored, and the fast-forward is computed: the reference's place, or the recorded data position
+        where it applies to `train_dataloader` (checkpoint/data_resume.py)."""
         files = self.files
         if files is None:
             self.point = None
@@ -337,6 +341,16 @@ class Resumer:
             point.steps_trained_in_current_epoch = (
                 trainer.state.global_step % upe
             ) * trainer.plan.module.gradient_accumulation_steps
+            continuation = plan_continuation(
+                files.data_position,
+                train_dataloader,
+                global_step=trainer.state.global_step,
+                reference_epoch=point.epochs_trained,
+                reference_batch=point.steps_trained_in_current_epoch,
+            )
+            point.epochs_trained = continuation.epoch
+            point.steps_trained_in_current_epoch = continuation.batch
+            point.data_state = continuation.state
         # The banner says where the run continues (hf_lightning/engine/training_banner.py).
 
     def position_lightning_loops(self, lightning_trainer: pl.Trainer) -> None:
@@ -372,6 +386,9 @@ class Resumer:
         epoch boundary, or `ignore_data_skip`) the RNG is restored now, before the epoch draws anything.
         """
         point, facade = self.point, self.trainer
+        positions = getattr(facade.callback_handler.train_dataloader, "positions", None)
+        if positions is not None:  # a checkpoint stands at a window boundary: the loader captures its state there
+            positions.window = facade.plan.module.gradient_accumulation_steps
         if point is None or point.entered or epoch != point.epochs_trained:
             return -1
         point.entered = True
@@ -379,12 +396,18 @@ class Resumer:
         if skip == 0:
             facade._load_rng_state(point.files.checkpoint)
             return -1
-        self.run.updates_done_in_epoch = skip // facade.plan.module.gradient_accumulation_steps
+        accumulation = facade.plan.module.gradient_accumulation_steps
+        # A pass that ended inside a window (an iterable's last batches) counts that window as an update.
+        self.run.updates_done_in_epoch = -(-skip // accumulation)
         dataloader = facade.callback_handler.train_dataloader
-        resumes_at_position = getattr(dataloader, "resume_at_position", None)
-        if callable(resumes_at_position) and resumes_at_position(point.files.dataset_position, epoch, skip):
-            logger.info(f"  The train dataset continues from its position before batch {skip} of epoch {epoch}.")
-        elif callable(getattr(dataloader, "skip_first_batches_once", None)):
+        continue_from = getattr(dataloader, "continue_from", None)
+        if point.data_state is not None and callable(continue_from):
+            logger.info(f"  The train data continues from its recorded state before batch {skip} of epoch {epoch}.")
+            # With a collator drawing random numbers in this process, the loader restores the state its next batch
+            # was collated from, and the checkpoint's RNG follows right after that fetch (data/loader_position.py).
+            point.rng_pending = not continue_from(skip, point.data_state, self._restore_rng_after_first_fetch)
+            return skip - 1
+        if callable(getattr(dataloader, "skip_first_batches_once", None)):
             dataloader.skip_first_batches_once(skip)
         else:
             logger.warning(
@@ -395,6 +418,12 @@ class Resumer:
             point.replay = skip
         point.rng_pending = True
         return skip - 1
+
+    def _restore_rng_after_first_fetch(self) -> None:
+        point = self.point
+        if point is not None:
+            point.rng_pending = False
+            self.trainer._load_rng_state(point.files.checkpoint)
 
     def skip_replayed_batches(self, dataloader_iter: Any) -> None:
         """Before the first window of the resumed epoch: discard the batches a plain DataLoader could not skip."""

@@ -218,11 +218,18 @@ class CheckpointMixin(MetricsIOMixin):
                 rng_states["cuda"] = torch.cuda.random.get_rng_state()
         return rng_states
 
-    def _dataset_position_record(self) -> dict[str, Any] | None:
-        """The train dataset's recent positions, when its loader records them (data/dataset_position.py)."""
+    def _data_position_record(self) -> Any:
+        """Where the train data stands at this step (data/position_files.py's `DataPositionRecord`), when the train
+        loader records it (an HFDataLoader built by the trainer) and a run is training; else None."""
         loader = getattr(self.callback_handler, "train_dataloader", None)
-        positions = getattr(loader, "dataset_positions", None)
-        return positions.record() if positions is not None else None
+        record = getattr(loader, "position_record", None)
+        run = self._training_run
+        module = getattr(run, "module", None)
+        if record is None or module is None:
+            return None
+        return record(
+            global_step=self.state.global_step, epoch=module.current_epoch, batch=module.batches_trained_in_epoch
+        )
 
     def _refresh_stateful_callbacks(self) -> None:
         # Refresh every exportable callback's entry (and TrainerControl's) from its current state. Several

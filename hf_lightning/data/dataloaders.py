@@ -10,16 +10,19 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler, SequentialSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import BatchSampler as StatefulBatchSampler
 
 from hf_lightning.core.seeding import set_seed
-from hf_lightning.data.collate import collates_without_side_effects, pick_default_collator
+from hf_lightning.data.batch_skipping import LazyBatches, SkipFirst, skip_iterable_examples
+from hf_lightning.data.collate import pick_default_collator
 from hf_lightning.data.context import DataContext
-from hf_lightning.data.dataset_position import DatasetPositions, position_before, position_restorable
 from hf_lightning.data.iterable_sharding import (
     IterableDatasetShard,
     check_split_batch_size,
@@ -27,15 +30,22 @@ from hf_lightning.data.iterable_sharding import (
     shard_iterable_dataset,
     synchronize_generator,
 )
+from hf_lightning.data.loader_position import (
+    ContinueAt,
+    LoaderPosition,
+    PositionPlan,
+    calling_after_first,
+    plan_train_position,
+)
 from hf_lightning.data.model_inputs import (
     apply_column_removal,
     get_eval_sampler,
     get_train_sampler,
 )
+from hf_lightning.data.position_files import DataPositionRecord
 from hf_lightning.data.samplers import BatchRebalanceSampler, shard_batches
 from hf_lightning.translation.translate import planned_settings
 
-_SINGLE_PROCESS_ITERATOR = torch.utils.data.dataloader._SingleProcessDataLoaderIter
 _DATALOADER_ACCEPTS_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
 
 
@@ -65,7 +75,8 @@ class HFDataLoader(DataLoader):
 
     It re-applies its epoch when an iteration starts and counts completed iterations, and it fetches one
     batch ahead, so collation that draws random numbers interleaves with the model's draws exactly as in
-    the reference.
+    the reference. A train loader also knows its position (`positions`, data/loader_position.py), which a checkpoint
+    records (`position_record`).
     """
 
     def __init__(self, dataset: Any, *args: Any, **kwargs: Any) -> None:
@@ -73,8 +84,8 @@ class HFDataLoader(DataLoader):
         self.iteration = 0
         self._skip_next_iteration = 0
         self._skipping_now = 0
-        self._resume_position: tuple[int, Any] | None = None
-        self.dataset_positions = DatasetPositions(dataset, self.batch_size) if position_restorable(self) else None
+        self._continue: ContinueAt | None = None
+        self.positions: LoaderPosition | None = None  # train loaders (`_build_dataloader`)
         # A generator set to the first process's state at each iteration (data/iterable_sharding.py).
         self.synchronized_generator: torch.Generator | None = None
         # The batch just yielded is its iteration's last (accelerate's `end_of_dataloader`): read by the evaluation
@@ -92,23 +103,22 @@ class HFDataLoader(DataLoader):
         A map-style dataset is skipped at the batch-index level: the skipped batches' indices are drawn from the
         (batch) sampler but no item is loaded or collated, so the cost does not grow with the data skipped. An
         IterableDataset has no indices: its first batches' examples are drawn and discarded, collated too (as
-        accelerate replays them) unless the collator is known to have no side effects (`_skip_iterable_examples`).
+        accelerate replays them) unless the collator is known to have no side effects (`skip_iterable_examples`).
         `len()` is unchanged (it stays the epoch's length).
         """
         if num_batches < 0:
             raise ValueError(f"skip_first_batches_once: num_batches must be >= 0, got {num_batches}.")
         self._skip_next_iteration = num_batches
 
-    def resume_at_position(self, record: dict[str, Any] | None, epoch: int, num_batches: int) -> bool:
-        """Make the next iteration (epoch `epoch`) continue from the dataset's recorded position before batch
-        `num_batches` (`data/dataset_position.py`) instead of replaying those batches; False (nothing changed)
-        when this loader's dataset cannot be put back or `record` does not hold that position."""
-        positions = self.dataset_positions
-        state = position_before(record, epoch, num_batches, positions.batch_size) if positions is not None else None
-        if state is None:
-            return False
-        self._resume_position = (num_batches, state)
-        return True
+    def position_record(self, *, global_step: int, epoch: int, batch: int) -> DataPositionRecord | None:
+        """What a checkpoint at `global_step` keeps of this train loader, `batch` batches into pass `epoch` (None for a
+        loader that records nothing). A pass already completed is the next one's start."""
+        positions = self.positions
+        if positions is None:
+            return None
+        if self.iteration > epoch:  # the pass ended and its end was counted (an epoch-end save)
+            return positions.record(global_step=global_step, epoch=self.iteration, batch=0, end_of_epoch=False)
+        return positions.record(global_step=global_step, epoch=epoch, batch=batch, end_of_epoch=self.end_of_dataloader)
 
     @property
     def _index_sampler(self) -> Any:
@@ -116,7 +126,7 @@ class HFDataLoader(DataLoader):
         # `len(self)` and later epochs see the plain sampler (a persistent-worker iterator that keeps the wrapper
         # finds its skip count spent).
         sampler = super()._index_sampler
-        return _SkipFirst(sampler, self._skipping_now) if self._skipping_now else sampler
+        return SkipFirst(sampler, self._skipping_now) if self._skipping_now else sampler
 
     def __iter__(self) -> Iterator[Any]:
         # Lazy, as a generator would be: the epoch and a resume skip are read when the first batch is drawn.
@@ -131,19 +141,18 @@ class HFDataLoader(DataLoader):
             synchronize_generator(self.synchronized_generator)
         self.set_epoch(self.iteration)
         skip, self._skip_next_iteration = self._skip_next_iteration, 0
-        resumed_at, position = self._resume_position or (0, None)
-        self._resume_position = None
-        if position is not None:
-            self.dataset.load_state_dict(position)  # read by the dataset's next iteration, started below
-        iterator = self._skipped_iterator(skip)
-        if self.dataset_positions is None:
-            return iterator
-        # The position before the first batch: the one loaded, or where the replayed batches left the (started)
-        # iteration; at an epoch's start none (data/dataset_position.py `DatasetPositions.recording`).
-        first_state = position if position is not None else self.dataset.state_dict() if skip else None
-        return self.dataset_positions.recording(
-            iterator, self.iteration, resumed_at + skip, first_state, loaded=position is not None
-        )
+        resume, self._continue = self._continue, None
+        if resume is not None:
+            self.load_state_dict(resume.state)  # StatefulDataLoader: the iterator created next starts there
+            iterator, first = super().__iter__(), resume.batch
+        else:
+            iterator, first = self._skipped_iterator(skip), skip
+        positions = self.positions
+        if positions is not None and positions.stateful:
+            iterator = positions.recording(iterator, first)
+        if resume is not None and resume.after_first_fetch is not None:
+            iterator = calling_after_first(iterator, resume.after_first_fetch)
+        return iterator
 
     def _skipped_iterator(self, skip: int) -> Iterator[Any]:
         replay = skip if isinstance(self.dataset, IterableDataset) else 0
@@ -155,7 +164,7 @@ class HFDataLoader(DataLoader):
             iterator = super().__iter__()
         finally:
             self._skipping_now = 0
-        if replay and _skip_iterable_examples(iterator, replay):
+        if replay and skip_iterable_examples(iterator, replay):
             return iterator
         for _ in range(replay):
             if next(iterator, _EXHAUSTED) is _EXHAUSTED:
@@ -166,30 +175,27 @@ class HFDataLoader(DataLoader):
         self.iteration += 1
 
 
+class StatefulHFDataLoader(HFDataLoader, StatefulDataLoader):
+    """An HFDataLoader read through torchdata's `StatefulDataLoader`, whose state (the sampler's, each worker's, the
+    dataset wrapper's: data/resumable_datasets.py) is captured while training reads it and restored by a resume."""
+
+    def continue_from(self, batch: int, state: dict[str, Any], after_first_fetch: Callable[[], None] | None) -> bool:
+        """Make the next iteration continue at batch `batch` from the loader `state` recorded there (nothing skipped
+        is fetched). With no workers and a collator drawing random numbers, the main process's random state is put
+        back for the first fetch: then `after_first_fetch` runs right after it (the checkpoint's own random state
+        follows from there) and True is returned; otherwise it is not called."""
+        calls_back = self.num_workers == 0 and self.positions is not None and self.positions.keeps_random_state
+        self._continue = ContinueAt(batch, state, after_first_fetch if calls_back else None)
+        return calls_back
+
+    @property
+    def _index_sampler(self) -> Any:
+        # torchdata's batch sampler starts the sampler eagerly; torch's DataLoader, whose random draws we keep, lazily.
+        sampler = super()._index_sampler
+        return LazyBatches(sampler) if isinstance(sampler, StatefulBatchSampler) else sampler
+
+
 _EXHAUSTED = object()
-
-
-def _skip_iterable_examples(iterator: Any, batches: int) -> bool:
-    """Skip an IterableDataset's first `batches` batches without collating them, when that is the same as loading
-    and discarding them: one process reading the dataset (no workers), a collator known to draw no random numbers.
-    Then only the examples are drawn (what a batch's fetch draws: `batch_size` of them, fewer at the end), so the
-    resume cost is the dataset's own iteration. Returns False (nothing skipped) where that cannot be told; a
-    dataset that ends inside the skipped batches leaves the iterator exhausted, as the replay would."""
-    fetcher = getattr(iterator, "_dataset_fetcher", None)
-    examples = getattr(fetcher, "dataset_iter", None)
-    if not isinstance(iterator, _SINGLE_PROCESS_ITERATOR) or examples is None:
-        return False
-    if not collates_without_side_effects(getattr(fetcher, "collate_fn", None)):
-        return False
-    per_batch = iterator._index_sampler.batch_size if fetcher.auto_collation else 1
-    wanted = batches * per_batch
-    drawn = sum(1 for _ in itertools.islice(examples, wanted))
-    for _ in itertools.islice(iterator._sampler_iter, batches):  # the batches' (empty) indices, as fetches take
-        pass
-    iterator._num_yielded += batches
-    if drawn < wanted:
-        fetcher.ended = True  # the dataset ended inside the skipped batches: no batch is left in this epoch
-    return True
 
 
 def one_batch_ahead(
@@ -217,23 +223,6 @@ def one_batch_ahead(
         current = upcoming
     if after_last is not None:
         after_last()
-
-
-class _SkipFirst:
-    """Iterate `sampler` without its first `skip` elements (indices or index lists), once: the skip is spent
-    when the first element is drawn, not by `iter()`. torch's multi-worker iterator calls `iter()` twice while it
-    is created (its base `__init__`, then `_reset`) and draws only from the second."""
-
-    def __init__(self, sampler: Any, skip: int) -> None:
-        self.sampler = sampler
-        self.skip = skip
-
-    def __iter__(self) -> Iterator[Any]:
-        skip, self.skip = self.skip, 0
-        yield from itertools.islice(iter(self.sampler), skip, None)
-
-    def __len__(self) -> int:
-        return max(len(self.sampler) - self.skip, 0)
 
 
 def set_train_epoch(dataloader: Any, epoch: int) -> None:
@@ -289,10 +278,9 @@ def _build_dataloader(
     if isinstance(dataset, IterableDataset):
         if world_size > 1:
             return _iterable_loader_across_processes(dataset, params, context)
-        loader = HFDataLoader(dataset, **params)
-        if not is_training:
-            loader.dataset_positions = None  # an eval loop never resumes into its dataset: nothing to record
-        return loader
+        if not is_training:  # an eval loop never resumes into its dataset: nothing to record
+            return HFDataLoader(dataset, **params)
+        return _train_loader(dataset, params, args=args, num_processes=1)
 
     sampler = make_sampler(dataset)
     if isinstance(sampler, BatchRebalanceSampler):
@@ -307,6 +295,8 @@ def _build_dataloader(
             seed_worker, num_workers=args.dataloader_num_workers, rank=process_index
         )
     if world_size <= 1 or isinstance(sampler, BatchRebalanceSampler):
+        if is_training:
+            return _train_loader(dataset, params, args=args, num_processes=world_size)
         return HFDataLoader(dataset, **params)
 
     settings = planned_settings(args, context.settings)
@@ -325,7 +315,35 @@ def _build_dataloader(
         even_batches=settings.even_batches,
         split_batches=settings.split_batches,
     )
+    if is_training:
+        return _train_loader(dataset, params, args=args, num_processes=world_size)
     return HFDataLoader(dataset, **params)
+
+
+def _train_loader(dataset: Any, params: dict[str, Any], *, args: Any, num_processes: int) -> HFDataLoader:
+    """This process's train loader, read so that a resume can put it back (data/loader_position.py): a plain
+    HFDataLoader whose sampler skips indices, or a StatefulHFDataLoader over the dataset's wrapper."""
+    plan: PositionPlan = plan_train_position(
+        dataset, params["collate_fn"], num_workers=params["num_workers"], in_order=args.dataloader_in_order
+    )
+    if plan.stateful:
+        with warnings.catch_warnings():
+            # torchdata 0.11 calls torch.set_vital, which torch 2.13 deprecates: a warning per loader, none of ours.
+            warnings.filterwarnings("ignore", message=".*set_vital.*is deprecated")
+            # Workers report their state with every batch, so the state after any batch is known.
+            loader: HFDataLoader = StatefulHFDataLoader(plan.dataset, snapshot_every_n_steps=1, **params)
+    else:
+        loader = HFDataLoader(plan.dataset, **params)
+    batch_size = loader.batch_size if loader.batch_size is not None else getattr(loader.batch_sampler, "batch_size", None)
+    loader.positions = LoaderPosition(
+        plan,
+        dataset_name=type(dataset).__name__,
+        kind="iterable" if isinstance(dataset, IterableDataset) else "map",
+        batch_size=batch_size if isinstance(batch_size, int) else None,
+        num_processes=num_processes,
+        num_workers=params["num_workers"],
+    )
+    return loader
 
 
 def _iterable_loader_across_processes(
@@ -363,8 +381,7 @@ def _iterable_loader_across_processes(
             dataset, num_processes=world_size, process_index=process_index, split_batches=settings.split_batches,
             **params,
         )  # fmt: skip
-    # Each process's position differs and one process writes the checkpoint: a resume replays (data/dataset_position.py).
-    loader.dataset_positions = None
+    # No position is recorded: a resume replays the batches already trained on, as the reference does.
     return loader
 
 

@@ -147,6 +147,12 @@ class HFLightningModule(pl.LightningModule):
     def facade(self) -> TrainerLike:
         return self._facade
 
+    @property
+    def batches_trained_in_epoch(self) -> int:
+        """Micro-batches of the current epoch trained on so far (a resumed epoch counts the skipped ones): where a
+        checkpoint written now has the train data stand (data/loader_position.py)."""
+        return self._micro_batch_index + 1
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.model(*args, **kwargs)
 

@@ -148,7 +148,7 @@ class TrainingRun:
         trainer.state.is_hyper_param_search = self.trial is not None
         trainer.state.train_batch_size = trainer._train_batch_size
         trainer.state.compute_steps(args, values.max_steps)
-        self.resume.restore_trainer_state(values)
+        self.resume.restore_trainer_state(values, train_dataloader)
         trainer.state.init_training_references(trainer, values.max_steps, values.num_train_epochs, self.trial)
         if trainer._created_lr_scheduler:
             trainer.lr_scheduler = None

@@ -516,7 +516,7 @@ def test_iterable_dataset_across_processes_is_dealt_for_training_and_evaluation(
         EpochIterable(), DataContext(args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
     )
     assert isinstance(loader, DispatchingDataLoader) and loader.total_batch_size == 2 * loader.batch_size
-    assert loader.dataset_positions is None  # each process's position differs: a resume replays
+    assert loader.positions is None  # each process's position differs: a resume replays
     every_process_reads = make_args(accelerator_config={"dispatch_batches": False})
     loader = build_train_dataloader(
         EpochIterable(),
@@ -528,7 +528,7 @@ def test_iterable_dataset_across_processes_is_dealt_for_training_and_evaluation(
     evaluation = build_eval_dataloader(
         EpochIterable(), DataContext(args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
     )
-    assert isinstance(evaluation, DispatchingDataLoader) and evaluation.dataset_positions is None
+    assert isinstance(evaluation, DispatchingDataLoader) and evaluation.positions is None
     split = make_args(accelerator_config={"split_batches": True}, per_device_train_batch_size=3)
     with pytest.raises(ValueError, match="split_batches=True with a batch size of 3"):
         build_train_dataloader(

@@ -63,7 +63,7 @@ def test_the_skipped_examples_are_drawn_but_not_collated(monkeypatch):
     assert _batches(loader, 3)[0] == [12.0, 13.0, 14.0, 15.0]
     assert collate.calls == 10  # a user's collator: the 3 skipped batches are collated (replayed), then 7
     monkeypatch.setattr(
-        "hf_lightning.data.dataloaders.collates_without_side_effects", lambda fn: fn.data_collator is collate
+        "hf_lightning.data.batch_skipping.collates_without_side_effects", lambda fn: fn.data_collator is collate
     )
     collate.calls, dataset.drawn = 0, 0
     assert _batches(loader, 3)[0] == [12.0, 13.0, 14.0, 15.0]
