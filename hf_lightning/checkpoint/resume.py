@@ -27,6 +27,7 @@ from hf_lightning.checkpoint.files import (
     newest_valid_checkpoint,
     resume_problem,
     rng_state_problem,
+    saved_samples_per_update,
     trainer_state_problem,
     weights_problem,
 )
@@ -206,6 +207,20 @@ def warn_on_process_count_change(args: Any, checkpoint: str) -> None:
         )
 
 
+def _warn_on_global_batch_change(checkpoint: str, samples_per_update: int, process_index: int) -> None:
+    """Before training: a checkpoint saved with another global batch cannot continue its data where it stopped (the
+    resume skips this run's first updates, which hold other samples), so the run is not the uninterrupted one."""
+    saved = saved_samples_per_update(checkpoint)
+    if saved is not None and saved != samples_per_update and process_index == 0:
+        logger.warning(
+            f"{checkpoint} was saved by a run taking {saved} samples per update and this run takes "
+            f"{samples_per_update}: the resumed run skips its first updates by count, which do not hold the samples "
+            "the saved run trained on, so its data (and learning curve) differ from the uninterrupted run. To resume "
+            f"exactly, make per_device_train_batch_size x data-parallel processes x gradient_accumulation_steps = "
+            f"{saved}."
+        )
+
+
 # ---- the trainer state (the reference's `_init_training_state`) ------------------------------------------------
 
 
@@ -372,6 +387,7 @@ class Resumer:
         _warn_on_argument_mismatch(args, trainer.state)
         if plan.checkpointing.restore_callback_states_from_checkpoint:
             trainer._load_callback_state()
+        _warn_on_global_batch_change(files.checkpoint, values.total_train_batch_size, args.process_index)
         upe = values.num_update_steps_per_epoch
         point.epochs_trained = int(trainer.state.global_step // upe)
         if not plan.checkpointing.ignore_data_skip:
