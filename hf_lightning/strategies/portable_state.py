@@ -12,6 +12,8 @@ resumes into any strategy: each strategy's checkpoint I/O loads the full form it
 from __future__ import annotations
 
 import os
+import pathlib
+import pickle
 from typing import Any
 
 from hf_lightning.core.checkpoint_files import (
@@ -75,15 +77,71 @@ def optimizer_file(checkpoint: str) -> str | None:
 # ---- reading -----------------------------------------------------------------------------------------------
 
 
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles a distributed checkpoint's `.metadata` with only what torch writes there: its checkpoint classes,
+    torch's dtypes / layouts / memory formats, `torch.Size` and paths; any other global (code that would run) is
+    refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        import torch
+
+        found = super().find_class(module, name)
+        if module.startswith("torch.distributed.checkpoint.") and isinstance(found, type):
+            return found
+        if module == "torch" and (
+            found is torch.Size or isinstance(found, (torch.dtype, torch.layout, torch.memory_format))
+        ):
+            return found
+        if (module, name) in (("collections", "OrderedDict"), ("torch.serialization", "_get_layout")):
+            return found  # _get_layout: a layout by its name, how torch pickles `torch.strided`
+        if module == "pathlib" and isinstance(found, type) and issubclass(found, pathlib.PurePath):
+            return found  # the folder torch recorded in the metadata
+        raise pickle.UnpicklingError(f"{module}.{name} is not a distributed-checkpoint metadata class")
+
+
+def check_distributed_checkpoint(folder: str) -> None:
+    """Before torch unpickles a distributed checkpoint's `.metadata` (unrestricted): check that it holds only torch's
+    checkpoint classes (ValueError naming the file otherwise)."""
+    path = os.path.join(folder, ".metadata")
+    try:
+        with open(path, "rb") as stream:
+            _MetadataUnpickler(stream).load()
+    except (OSError, pickle.UnpicklingError, AttributeError, ImportError, EOFError, ValueError) as error:
+        raise ValueError(
+            f"Refusing to load {path}: it is not a distributed-checkpoint metadata file torch wrote ({error})"
+        ) from error
+
+
+def safe_load_planner(base: type) -> Any:
+    """An instance of the load planner class `base` whose non-tensor entries (an optimizer's parameter groups) are
+    read with `torch.load(weights_only=True)` first, so none runs pickled code (torch's planner reads them
+    unrestricted)."""
+    import torch
+
+    class SafeBytesPlanner(base):
+        def load_bytes(self, read_item: Any, value: Any) -> None:
+            position = value.tell()
+            torch.load(value, weights_only=True)  # refuses pickled code
+            value.seek(position)
+            super().load_bytes(read_item, value)
+
+    return SafeBytesPlanner()
+
+
 def read_distributed_checkpoint(folder: str) -> dict[str, Any]:
     """Every entry of a `torch.distributed.checkpoint` folder as full tensors on the CPU, the shards merged by torch
-    itself; no process group is used (each process that calls it reads the whole state)."""
-    import torch.distributed.checkpoint as dcp
+    itself; no process group is used (each process that calls it reads the whole state), and no pickled code runs."""
     from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner, _load_state_dict
 
+    import torch.distributed.checkpoint as dcp
+
+    check_distributed_checkpoint(folder)
     state: dict[str, Any] = {}
     _load_state_dict(
-        state, storage_reader=dcp.FileSystemReader(folder), planner=_EmptyStateDictLoadPlanner(), no_dist=True
+        state,
+        storage_reader=dcp.FileSystemReader(folder),
+        planner=safe_load_planner(_EmptyStateDictLoadPlanner),
+        no_dist=True,
     )
     return state
 

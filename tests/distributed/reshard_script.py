@@ -26,6 +26,7 @@ GLOBAL_BATCH = 4
 CONFIGS = {
     "single": (1, None),
     "ddp_2": (2, None),
+    "fsdp1_full_2": (2, {"version": 1, "state_dict_type": "FULL_STATE_DICT"}),
     "fsdp1_sharded_2": (2, {"version": 1, "state_dict_type": "SHARDED_STATE_DICT"}),
     "fsdp2_full_2": (2, {"version": 2, "state_dict_type": "FULL_STATE_DICT"}),
     "fsdp2_sharded_2": (2, {"version": 2, "state_dict_type": "SHARDED_STATE_DICT"}),

@@ -6,6 +6,7 @@ runs the whole matrix)."""
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 import torch
@@ -148,3 +149,23 @@ def test_consolidate_refuses_a_folder_without_weights_and_its_own_folder(tmp_pat
     from safetensors.torch import load_file
 
     assert torch.equal(load_file(f"{written}/model.safetensors")["w"], torch.ones(2))
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.getcwd, ())
+
+
+def test_a_distributed_checkpoint_whose_metadata_holds_code_is_refused(tmp_path):
+    """torch unpickles `.metadata` unrestricted; ours checks it first and refuses anything but checkpoint classes."""
+    import pickle
+
+    import torch.distributed.checkpoint as dcp
+
+    folder = tmp_path / "pytorch_model_fsdp_0"
+    with pytest.warns(UserWarning):
+        dcp.save({"model": {"w": torch.ones(2)}}, storage_writer=dcp.FileSystemWriter(folder), no_dist=True)
+    assert torch.equal(read_full_model_state(str(tmp_path))["w"], torch.ones(2))
+    (folder / ".metadata").write_bytes(pickle.dumps(_RunsCode()))
+    with pytest.raises(ValueError, match=r"Refusing to load .*\.metadata"):
+        read_full_model_state(str(tmp_path))

@@ -150,6 +150,7 @@ def test_checkpoints_keep_accelerates_layout(matrix):
     for config in ("fsdp1_sharded_2", "fsdp2_sharded_2", "fsdp2_sharded_1"):
         assert {"pytorch_model_fsdp_0", "optimizer_0", "config.json"} <= listing[config], config
         assert not listing[config] & {"model.safetensors", "optimizer.pt", "optimizer.bin"}, config
-    assert {"pytorch_model_fsdp.bin", "optimizer.bin", "model.safetensors"} <= listing["fsdp2_full_2"]
+    for config in ("fsdp1_full_2", "fsdp2_full_2"):
+        assert {"pytorch_model_fsdp.bin", "optimizer.bin", "model.safetensors"} <= listing[config], config
     for config in ("single", "ddp_2", "tp_2"):
         assert {"model.safetensors", "optimizer.pt"} <= listing[config], config

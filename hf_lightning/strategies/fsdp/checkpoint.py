@@ -39,6 +39,8 @@ from hf_lightning.strategies.portable_state import (
     optimizer_state_by_name,
     read_full_model_state,
     read_full_optimizer_state,
+    check_distributed_checkpoint,
+    safe_load_planner,
     sharded_model_folder,
     sharded_optimizer_folder,
 )
@@ -249,8 +251,16 @@ def load_fsdp_model(trainer: Any, input_dir: str) -> Any:
         else:
             import torch.distributed.checkpoint as dcp
 
+            from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
             holder = {"model": _model_state(model, options)}
-            dcp.load(holder, storage_reader=dcp.FileSystemReader(sharded_model_folder(input_dir)))
+            folder = sharded_model_folder(input_dir)
+            check_distributed_checkpoint(folder)
+            dcp.load(
+                holder,
+                storage_reader=dcp.FileSystemReader(folder),
+                planner=safe_load_planner(DefaultLoadPlanner),
+            )
             state = holder["model"]
         if options is None:
             result = model.load_state_dict(state, strict=strict)
@@ -299,11 +309,13 @@ def _read_sharded_optimizer(trainer: Any, options: Any, folder: str) -> dict[str
     the checkpoint's metadata instead (`load_sharded_optimizer_state_dict`, as Lightning's FSDP strategy does).
     """
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
+    check_distributed_checkpoint(folder)  # FSDP1's reader below still reads parameter groups unrestricted
     reader = dcp.FileSystemReader(folder)
     if options is not None:
         holder = {"optimizer": _optimizer_state(trainer, options)}
-        dcp.load(holder, storage_reader=reader)
+        dcp.load(holder, storage_reader=reader, planner=safe_load_planner(DefaultLoadPlanner))
         return holder["optimizer"]
     from torch.distributed.checkpoint.optimizer import load_sharded_optimizer_state_dict
 
