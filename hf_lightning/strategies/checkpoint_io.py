@@ -86,11 +86,7 @@ class StrategyCheckpointIO:
     def check_resumable(self, trainer: Any, checkpoint: str) -> None:
         """Before anything is read: refuse a folder this strategy cannot resume from (ValueError naming it). Any
         layout we write resumes here (strategies/portable_state.py); DeepSpeed's engine folders do not."""
-        if _has_deepspeed_state(checkpoint) and not weights_files_present(checkpoint):
-            raise ValueError(
-                f"{checkpoint} holds a DeepSpeed engine checkpoint, which resumes only under DeepSpeed; convert it "
-                "with DeepSpeed's universal-checkpoint tooling (ds_to_universal) first."
-            )
+        refuse_deepspeed_checkpoint(checkpoint)
         if not has_model_state(checkpoint):
             raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
 
@@ -192,6 +188,17 @@ class StrategyCheckpointIO:
         """`save_model`'s weights: the trainer's `_save` with the model as this process holds it. All ranks.
         `in_checkpoint`: the call writes a `checkpoint-N` folder (a sharded strategy keeps its shards there)."""
         trainer._save(output_dir)
+
+
+def refuse_deepspeed_checkpoint(checkpoint: str) -> None:
+    """Outside DeepSpeed: refuse a checkpoint whose optimizer state lives in DeepSpeed's engine folder (a resume
+    would otherwise continue with a fresh optimizer, even where consolidated weights sit beside it)."""
+    if _has_deepspeed_state(checkpoint):
+        raise ValueError(
+            f"{checkpoint} holds a DeepSpeed engine checkpoint (global_step*/), whose optimizer state resumes only "
+            "under DeepSpeed; resume it with deepspeed=..., or convert it with DeepSpeed's universal-checkpoint "
+            "tooling (ds_to_universal) first."
+        )
 
 
 def _has_deepspeed_state(checkpoint: str) -> bool:

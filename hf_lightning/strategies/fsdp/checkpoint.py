@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from hf_lightning.core.checkpoint_files import SCHEDULER_NAME, safe_torch_load
-from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO
+from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO, refuse_deepspeed_checkpoint
 from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.fsdp.policies import is_fsdp1_model
 from hf_lightning.strategies.portable_state import (
@@ -335,6 +335,7 @@ class FSDPCheckpointIO(StrategyCheckpointIO):
 
     def check_resumable(self, trainer: Any, checkpoint: str) -> None:
         """Any layout we write resumes under FSDP (its sharded or full files, or a run's without FSDP)."""
+        refuse_deepspeed_checkpoint(checkpoint)
         if not has_model_state(checkpoint):
             raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
 
