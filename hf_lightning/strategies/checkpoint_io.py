@@ -30,6 +30,7 @@ from hf_lightning.core.checkpoint_files import (
 from hf_lightning.data.model_inputs import is_peft_model
 from hf_lightning.strategies.portable_state import (
     has_model_state,
+    is_keyed_by_name,
     optimizer_file,
     optimizer_parameter_names,
     optimizer_state_by_index,
@@ -154,8 +155,9 @@ class StrategyCheckpointIO:
             state = read_full_optimizer_state(files.checkpoint)
         else:
             return
-        names = optimizer_parameter_names(trainer.model, trainer.optimizer)
-        self._load_optimizer_state(trainer, optimizer_state_by_index(state, names))
+        if is_keyed_by_name(state):  # FSDP wrote it: matched through this optimizer's parameter order
+            state = optimizer_state_by_index(state, optimizer_parameter_names(trainer.model, trainer.optimizer))
+        self._load_optimizer_state(trainer, state)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
             trainer.lr_scheduler.load_state_dict(files.take(SCHEDULER_NAME))

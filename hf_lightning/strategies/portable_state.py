@@ -131,9 +131,8 @@ def safe_load_planner(base: type) -> Any:
 def read_distributed_checkpoint(folder: str) -> dict[str, Any]:
     """Every entry of a `torch.distributed.checkpoint` folder as full tensors on the CPU, the shards merged by torch
     itself; no process group is used (each process that calls it reads the whole state), and no pickled code runs."""
-    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner, _load_state_dict
-
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner, _load_state_dict
 
     check_distributed_checkpoint(folder)
     state: dict[str, Any] = {}

@@ -31,15 +31,16 @@ from hf_lightning.strategies.fsdp.policies import is_fsdp1_model
 from hf_lightning.strategies.portable_state import (
     FSDP_MODEL_NAME,
     FSDP_OPTIMIZER_NAME,
+    check_distributed_checkpoint,
     full_fsdp_model_file,
     has_model_state,
     has_plain_weights,
+    is_keyed_by_name,
     optimizer_file,
     optimizer_parameter_names,
     optimizer_state_by_name,
     read_full_model_state,
     read_full_optimizer_state,
-    check_distributed_checkpoint,
     safe_load_planner,
     sharded_model_folder,
     sharded_optimizer_folder,
@@ -250,7 +251,6 @@ def load_fsdp_model(trainer: Any, input_dir: str) -> Any:
                 options = dataclasses.replace(options, strict=strict)
         else:
             import torch.distributed.checkpoint as dcp
-
             from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
             holder = {"model": _model_state(model, options)}
@@ -279,13 +279,14 @@ def load_fsdp_optimizer(trainer: Any, input_dir: str) -> None:
     sharded = sharded_optimizer_folder(input_dir) is not None
     model, optimizer = trainer.model_wrapped, _plain_optimizer(trainer.optimizer)
     context, options = _state_dict_mode(trainer, not sharded)
-    names = optimizer_parameter_names(trainer.model, optimizer) if not sharded else None
     barrier()
     with context:
         if not sharded:
             state = None
             if trainer.args.process_index == 0:  # rank 0 reads; FSDP hands the state to the other ranks
-                state = optimizer_state_by_name(read_full_optimizer_state(input_dir), names)
+                state = read_full_optimizer_state(input_dir)
+                if not is_keyed_by_name(state):  # optimizer.pt of a run without FSDP: named through our order
+                    state = optimizer_state_by_name(state, optimizer_parameter_names(trainer.model, optimizer))
             if options is not None and state is None:
                 state = {}
         else:
