@@ -32,6 +32,7 @@ _EXPORTS = {
     "NotebookProgressCallback": "hf_lightning.callbacks.notebook",
     "plot_log_history": "hf_lightning.integrations.plotting",
     "save_training_plot": "hf_lightning.integrations.plotting",
+    "consolidate_checkpoint": "hf_lightning.checkpoint.consolidate",
     "TrainOutput": "hf_lightning.core.outputs",
     "BestRun": "hf_lightning.core.outputs",
     "HPSearchBackend": "hf_lightning.integrations.hp_search",

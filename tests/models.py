@@ -235,3 +235,26 @@ def pad_seq2seq_batch(features: list[dict]) -> dict[str, torch.Tensor]:
         batch["attention_mask"][row, :n] = 1
         batch["labels"][row, :m] = feature["labels"]
     return batch
+
+
+def make_tiny_llama(seed: int = 0, tied: bool = False, dropout: float = 0.0, vocab: int = 64):
+    """A two-layer Llama (transformers defines its tensor-parallel plan, `base_model_tp_plan`); `dropout` is its
+    attention dropout."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=tied,
+        attention_dropout=dropout,
+    )
+    return LlamaForCausalLM(config)

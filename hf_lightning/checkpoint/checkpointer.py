@@ -143,7 +143,10 @@ class Checkpointer:
         # The folder's own entries are made durable once, by the marker's write, before the rename commits.
         fsync_tree(temporary_dir, include_root=False)
         reach("marker")
-        write_complete_marker(temporary_dir, source.state.global_step)
+        values = getattr(getattr(source, "_training_run", None), "values", None)
+        write_complete_marker(
+            temporary_dir, source.state.global_step, getattr(values, "total_train_batch_size", None)
+        )
         commit_checkpoint(temporary_dir, final_dir, token)
 
     def rotate_after_save(self, source: Any, run_dir: str, final_dir: str, token: str) -> None:

@@ -513,14 +513,29 @@ def temporary_checkpoint_dir(run_dir: str, global_step: int, token: str) -> str:
     return os.path.join(run_dir, f".{checkpoint_folder_name(global_step)}.tmp-{token}")
 
 
-def write_complete_marker(path: str, global_step: int) -> None:
-    """Write the completion marker (durably). Must be the last file written into a checkpoint."""
+def write_complete_marker(path: str, global_step: int, samples_per_update: int | None = None) -> None:
+    """Write the completion marker (durably). Must be the last file written into a checkpoint. `samples_per_update`
+    (the run's global batch) lets a resume on another layout say before training when its data cannot continue."""
     marker = os.path.join(path, COMPLETE_MARKER_NAME)
+    content: dict[str, int] = {"global_step": global_step, "format": CHECKPOINT_FORMAT}
+    if samples_per_update is not None:
+        content["samples_per_update"] = samples_per_update
     with open(marker, "w", encoding="utf-8") as f:
-        json.dump({"global_step": global_step, "format": CHECKPOINT_FORMAT}, f)
+        json.dump(content, f)
         f.flush()
         os.fsync(f.fileno())
     fsync_directory(path)
+
+
+def saved_samples_per_update(path: str) -> int | None:
+    """The global batch (samples per update) the run that wrote checkpoint `path` trained with, when its marker
+    records it (checkpoints of the reference and older ones do not)."""
+    try:
+        with open(os.path.join(path, COMPLETE_MARKER_NAME), encoding="utf-8") as f:
+            value = json.load(f).get("samples_per_update")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
 
 
 def commit_checkpoint(temporary_dir: str, final_dir: str, token: str) -> None:

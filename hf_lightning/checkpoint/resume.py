@@ -28,6 +28,7 @@ from hf_lightning.checkpoint.files import (
     newest_valid_checkpoint,
     resume_problem,
     rng_state_problem,
+    saved_samples_per_update,
     trainer_state_problem,
     weights_problem,
 )
@@ -44,6 +45,7 @@ from hf_lightning.core.protocols import RunLike, TrainerLike
 from hf_lightning.core.reference_logging import reference_logger, warning_once
 from hf_lightning.strategies.checkpoint_io import optimizer_map_location
 from hf_lightning.strategies.distributed import barrier
+from hf_lightning.strategies.portable_state import has_model_state
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -119,7 +121,8 @@ def _explicit_checkpoint_problem(
     """
     if os.path.exists(os.path.join(checkpoint, COMPLETE_MARKER_NAME)):
         return checkpoint_problem(checkpoint, read_next=read_next)
-    problem = weights_problem(checkpoint) if weights_required else None
+    # A sharded FSDP folder holds its weights in its distributed checkpoint, which every strategy reads.
+    problem = weights_problem(checkpoint, required=not has_model_state(checkpoint)) if weights_required else None
     problem = problem or trainer_state_problem(os.path.join(checkpoint, TRAINER_STATE_NAME))
     for name in sorted(os.listdir(checkpoint)):
         if problem is None and name.startswith("rng_state") and name.endswith(".pth"):
@@ -146,13 +149,38 @@ def warn_on_version_mismatch(checkpoint: str) -> None:
         )
 
 
+def saved_process_count(checkpoint: str) -> int:
+    """How many processes wrote `checkpoint`'s RNG files: one per process (`rng_state_<rank>.pth`), or
+    `rng_state.pth` for one process; 0 when it holds none."""
+    ranks = [
+        int(name[len("rng_state_") : -len(".pth")])
+        for name in os.listdir(checkpoint)
+        if name.startswith("rng_state_") and name.endswith(".pth") and name[len("rng_state_") : -4].isdigit()
+    ]
+    if ranks:
+        return max(ranks) + 1
+    return 1 if os.path.isfile(os.path.join(checkpoint, rng_state_file_name(1, 0))) else 0
+
+
+def rng_file_to_restore(checkpoint: str, world_size: int, process_index: int) -> str | None:
+    """This process's RNG file in `checkpoint`: the reference's (`rng_state_<rank>.pth`, `rng_state.pth` for one
+    process) when the checkpoint was saved by as many processes; else process `rank % saved` of the saving run's
+    (docs/divergences.md, "Resuming on another number of processes"); None when it holds none."""
+    saved = saved_process_count(checkpoint)
+    if saved == 0:
+        return None
+    if saved == world_size:
+        return rng_state_file_name(world_size, process_index)
+    return rng_state_file_name(saved, process_index % saved)
+
+
 def _torch_files_to_restore(args: Any, checkpoint: str, optimizer_files: list[str]) -> list[str]:
     """The strategy's optimizer and scheduler files, the scaler and this process's RNG file, as far as they exist."""
     names = list(optimizer_files)
     if os.path.isfile(os.path.join(checkpoint, SCALER_NAME)):
         names.append(SCALER_NAME)
-    rng_name = rng_state_file_name(args.world_size, args.process_index)
-    if os.path.isfile(os.path.join(checkpoint, rng_name)):
+    rng_name = rng_file_to_restore(checkpoint, args.world_size, args.process_index)
+    if rng_name is not None and os.path.isfile(os.path.join(checkpoint, rng_name)):
         names.append(rng_name)
     elif args.world_size > 1:
         logger.info(
@@ -165,6 +193,33 @@ def _torch_files_to_restore(args: Any, checkpoint: str, optimizer_files: list[st
             "fashion, reproducibility is not guaranteed."
         )
     return names
+
+
+def warn_on_process_count_change(args: Any, checkpoint: str) -> None:
+    """Before training: say that a checkpoint saved by another number of processes resumes with mapped RNG states
+    (process i takes the saving run's process i % saved), so random draws differ from an uninterrupted run."""
+    saved = saved_process_count(checkpoint)
+    if saved and saved != args.world_size and args.process_index == 0:
+        logger.warning(
+            f"{checkpoint} was saved by {saved} process(es) and this run has {args.world_size}: weights, optimizer, "
+            "scheduler and the data position continue exactly, but each process restores the RNG state of process "
+            f"(its rank % {saved}) of the saving run, so random draws (dropout, random data collators) differ from "
+            "the uninterrupted run."
+        )
+
+
+def _warn_on_global_batch_change(checkpoint: str, samples_per_update: int, process_index: int) -> None:
+    """Before training: a checkpoint saved with another global batch cannot continue its data where it stopped (the
+    resume skips this run's first updates, which hold other samples), so the run is not the uninterrupted one."""
+    saved = saved_samples_per_update(checkpoint)
+    if saved is not None and saved != samples_per_update and process_index == 0:
+        logger.warning(
+            f"{checkpoint} was saved by a run taking {saved} samples per update and this run takes "
+            f"{samples_per_update}: the resumed run skips its first updates by count, which do not hold the samples "
+            "the saved run trained on, so its data (and learning curve) differ from the uninterrupted run. To resume "
+            f"exactly, make per_device_train_batch_size x data-parallel processes x gradient_accumulation_steps = "
+            f"{saved}."
+        )
 
 
 # ---- the trainer state (the reference's `_init_training_state`) ------------------------------------------------
@@ -284,6 +339,7 @@ class Resumer:
                 "unknown. Resume from a checkpoint written by Trainer.train(), or start a fresh run."
             )
         names = _torch_files_to_restore(args, checkpoint, io.optimizer_files(checkpoint))
+        warn_on_process_count_change(args, checkpoint)
         if resume_from_checkpoint is not True:  # True chose a checkpoint that passed checkpoint_problem just now
             problem = _explicit_checkpoint_problem(
                 checkpoint, weights_required=io.weights_files_required, read_next=names
@@ -335,6 +391,7 @@ class Resumer:
         _warn_on_argument_mismatch(args, trainer.state)
         if plan.checkpointing.restore_callback_states_from_checkpoint:
             trainer._load_callback_state()
+        _warn_on_global_batch_change(files.checkpoint, values.total_train_batch_size, args.process_index)
         upe = values.num_update_steps_per_epoch
         point.epochs_trained = int(trainer.state.global_step // upe)
         if not plan.checkpointing.ignore_data_skip:

@@ -343,7 +343,8 @@ class CheckpointMixin(MetricsIOMixin):
         """Save the model (and processing class, training args) so `from_pretrained()` can reload it."""
         if output_dir is None:
             output_dir = self.args.output_dir
-        self._checkpoint_io.save_model(self, output_dir)  # all ranks: a sharded strategy gathers
+        # All ranks: a sharded strategy gathers (or, in a checkpoint, keeps its shards).
+        self._checkpoint_io.save_model(self, output_dir, in_checkpoint=_internal_call)
         if self.plan.hub.push_to_hub and not _internal_call:
             self.push_to_hub(commit_message="Model save", revision=self.plan.hub.revision)
 

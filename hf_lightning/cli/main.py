@@ -3,7 +3,8 @@
 `hf-lightning` with no arguments (or `hf-lightning train-demo`) is the main job: it trains a tiny
 transformer on the embedded task through `HFLightningTrainer`, with nothing downloaded and no
 transformers installed, and says where the model went. `hf-lightning explain ARGS.json` shows how
-each TrainingArguments field of a JSON file maps onto Lightning. `hf-lightning fit | validate | test | predict
+each TrainingArguments field of a JSON file maps onto Lightning. `hf-lightning consolidate CHECKPOINT [OUT]` writes
+any checkpoint's model as a Hugging Face model folder. `hf-lightning fit | validate | test | predict
 --config run.yaml` runs a configured Trainer the LightningCLI way (hf_lightning/cli/lightning_cli.py).
 
 Heavy imports (torch, lightning) happen inside the commands, so `hf-lightning --help` is instant.
@@ -31,7 +32,7 @@ TRAINING_ARGUMENTS_CLASS = "hf_lightning.args.training_args:TrainingArguments"
 
 DEFAULT_OUTPUT_DIR = "./hf_lightning_demo"
 RESULTS_NAME = "demo_results.json"
-COMMANDS = ("train-demo", "explain")
+COMMANDS = ("train-demo", "explain", "consolidate")
 # Subcommands handled by hf_lightning.cli.lightning_cli (jsonargparse), dispatched before argparse sees them.
 LIGHTNING_CLI_COMMANDS = ("fit", "validate", "test", "predict")
 # Accuracy at or above this multiple of chance is reported as "learned".
@@ -136,6 +137,21 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--num_nodes", "--num-nodes", dest="num_nodes", type=_positive(int), default=None,
                          help="nodes of the target run (default: 1)")
 
+    consolidate = commands.add_parser(
+        "consolidate",
+        allow_abbrev=False,
+        help="write a checkpoint (any strategy, sharded included) as a Hugging Face model folder",
+        description=(
+            "Read the whole model of a checkpoint-N folder written by any strategy (one process, DDP, FSDP full "
+            "or sharded, tensor parallel) and write model.safetensors with its config into OUT, a folder "
+            "from_pretrained loads."
+        ),
+    )
+    consolidate.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoint-N folder")
+    consolidate.add_argument(
+        "out", metavar="OUT", nargs="?", default=None, help="the model folder to write (default: CHECKPOINT-consolidated)"
+    )
+
     for name in LIGHTNING_CLI_COMMANDS:
         # Listed for --help only: main() hands these to hf_lightning.cli.lightning_cli before parsing.
         commands.add_parser(name, help=f"{SUBCOMMANDS[name]} (--config run.yaml)")
@@ -164,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     if options.command == "explain":
         target = {"accelerator": options.accelerator, "devices": options.devices, "num_nodes": options.num_nodes}
         return explain_command(Path(options.args_json), parser, target=target)
+    if options.command == "consolidate":
+        return consolidate_command(options.checkpoint, options.out, parser)
     return train_demo(
         output_dir=options.output_dir,
         seed=options.seed,
@@ -346,6 +364,19 @@ def _describe_target(environment: Environment) -> str:
         f"{environment.local_world_size} {kind} process(es) per node x {environment.num_nodes} node(s) "
         f"(world size {environment.world_size})"
     )
+
+
+def consolidate_command(checkpoint: str, out: str | None, parser: argparse.ArgumentParser | None = None) -> int:
+    """`hf-lightning consolidate CHECKPOINT [OUT]`: the checkpoint's whole model as a Hugging Face folder."""
+    # lazy: the console script answers --help and `explain` before torch loads
+    from hf_lightning.checkpoint.consolidate import consolidate_checkpoint
+
+    try:
+        written = consolidate_checkpoint(checkpoint, out)
+    except ValueError as error:
+        return _fail(parser, str(error))
+    print(f"Wrote the model of {checkpoint} to {written} (load it with from_pretrained).")
+    return 0
 
 
 def _fail(parser: argparse.ArgumentParser | None, message: str) -> int:

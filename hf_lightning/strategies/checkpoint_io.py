@@ -26,9 +26,17 @@ from hf_lightning.core.checkpoint_files import (
     SCHEDULER_NAME,
     WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
-    read_model_state_dict,
 )
 from hf_lightning.data.model_inputs import is_peft_model
+from hf_lightning.strategies.portable_state import (
+    has_model_state,
+    is_keyed_by_name,
+    optimizer_file,
+    optimizer_parameter_names,
+    optimizer_state_by_index,
+    read_full_model_state,
+    read_full_optimizer_state,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -77,30 +85,33 @@ class StrategyCheckpointIO:
     # ---- resuming ---------------------------------------------------------------------------------------------
 
     def check_resumable(self, trainer: Any, checkpoint: str) -> None:
-        """Before anything is read: refuse a folder this strategy cannot resume from (ValueError naming it)."""
-        if not weights_files_present(checkpoint):
+        """Before anything is read: refuse a folder this strategy cannot resume from (ValueError naming it). Any
+        layout we write resumes here (strategies/portable_state.py); DeepSpeed's engine folders do not."""
+        refuse_deepspeed_checkpoint(checkpoint)
+        if not has_model_state(checkpoint):
             raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
 
     def optimizer_files(self, checkpoint: str) -> list[str]:
-        """The optimizer and scheduler files a resume reads at `train()` entry: both or neither."""
-        has_optimizer = os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME))
-        if not has_optimizer and _has_sharded_optimizer(checkpoint):
-            raise ValueError(
-                f"{checkpoint} holds an FSDP / DeepSpeed optimizer state, which hf_lightning cannot resume yet; "
-                "resume it with the library that wrote it."
-            )
-        if has_optimizer and os.path.isfile(os.path.join(checkpoint, SCHEDULER_NAME)):
+        """The optimizer and scheduler files a resume reads at `train()` entry: both or neither. FSDP's optimizer
+        files are read when the optimizer exists (`load_optimizer_and_scheduler`); only `scheduler.pt` is listed."""
+        if not os.path.isfile(os.path.join(checkpoint, SCHEDULER_NAME)):
+            return []
+        if os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME)):
             return [OPTIMIZER_NAME, SCHEDULER_NAME]
+        if optimizer_file(checkpoint) is not None:
+            return [SCHEDULER_NAME]
         return []
 
     def load_weights(self, trainer: Any, checkpoint: str, model: Any) -> None:
         """The weights of `checkpoint` into `model`, non-strict, from the CPU (the reference's `_load_from_checkpoint`);
         an adapter-only checkpoint into a PEFT model's active adapter."""
         present = weights_files_present(checkpoint)
-        if not present:
+        if not present and has_model_state(checkpoint):  # FSDP's files, full or sharded, merged on the CPU
+            present = []
+        elif not present:
             raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
         whole_file = SAFE_WEIGHTS_NAME in present or WEIGHTS_NAME in present
-        if not whole_file and set(present) <= set(_ADAPTER_FILES):
+        if present and not whole_file and set(present) <= set(_ADAPTER_FILES):
             if not (callable(getattr(model, "load_adapter", None)) and hasattr(model, "active_adapters")):
                 raise ValueError(
                     f"{checkpoint} holds only adapter weights ({', '.join(present)}), but the model is not a PEFT "
@@ -111,7 +122,7 @@ class StrategyCheckpointIO:
                 logger.warning("Multiple active adapters detected will only consider the first adapter")
             model.load_adapter(checkpoint, active_adapters[0], is_trainable=True)
             return
-        state_dict = read_model_state_dict(checkpoint)
+        state_dict = read_full_model_state(checkpoint)
         load_result = self._load_state_dict(model, state_dict)
         del state_dict
         trainer._issue_warnings_after_load(load_result)
@@ -123,7 +134,7 @@ class StrategyCheckpointIO:
         if is_peft_model(model) and any(os.path.exists(os.path.join(best_dir, name)) for name in _ADAPTER_FILES):
             model.load_adapter(best_dir, model.active_adapters[0])
             return
-        state_dict = read_model_state_dict(best_dir)
+        state_dict = read_full_model_state(best_dir)
         if state_dict is None:
             logger.warning(
                 f"Could not locate the best model at {os.path.join(best_dir, WEIGHTS_NAME)}, if you are running a "
@@ -138,15 +149,22 @@ class StrategyCheckpointIO:
     def load_optimizer_and_scheduler(self, trainer: Any, files: Any) -> None:
         """Once Lightning has set them up: the optimizer and scheduler states read at entry (`files` is resume's
         `ResumeFiles`; nothing when the checkpoint has none)."""
-        if OPTIMIZER_NAME not in files.names:
+        if OPTIMIZER_NAME in files.names:
+            state = files.take(OPTIMIZER_NAME, optimizer_map_location(trainer.args))
+        elif SCHEDULER_NAME in files.names:  # FSDP's optimizer files: full, or merged from the shards
+            state = read_full_optimizer_state(files.checkpoint)
+        else:
             return
-        self._load_optimizer_state(trainer, files)
+        if is_keyed_by_name(state):  # FSDP wrote it: matched through this optimizer's parameter order
+            state = optimizer_state_by_index(state, optimizer_parameter_names(trainer.model, trainer.optimizer))
+        self._load_optimizer_state(trainer, state)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
             trainer.lr_scheduler.load_state_dict(files.take(SCHEDULER_NAME))
 
-    def _load_optimizer_state(self, trainer: Any, files: Any) -> None:
-        trainer.optimizer.load_state_dict(files.take(OPTIMIZER_NAME, optimizer_map_location(trainer.args)))
+    def _load_optimizer_state(self, trainer: Any, state: dict[str, Any]) -> None:
+        """A full, index-keyed optimizer state into the run's optimizer."""
+        trainer.optimizer.load_state_dict(state)
 
     # ---- saving -----------------------------------------------------------------------------------------------
 
@@ -168,14 +186,26 @@ class StrategyCheckpointIO:
             warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
             torch.save(trainer.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
 
-    def save_model(self, trainer: Any, output_dir: str) -> None:
-        """`save_model`'s weights: the trainer's `_save` with the model as this process holds it. All ranks."""
+    def save_model(self, trainer: Any, output_dir: str, in_checkpoint: bool = False) -> None:
+        """`save_model`'s weights: the trainer's `_save` with the model as this process holds it. All ranks.
+        `in_checkpoint`: the call writes a `checkpoint-N` folder (a sharded strategy keeps its shards there)."""
         trainer._save(output_dir)
 
 
-def _has_sharded_optimizer(checkpoint: str) -> bool:
-    if os.path.isfile(os.path.join(checkpoint, "optimizer.bin")):
-        return True
+def refuse_deepspeed_checkpoint(checkpoint: str) -> None:
+    """Outside DeepSpeed: refuse a checkpoint whose optimizer state lives in DeepSpeed's engine folder (a resume
+    would otherwise continue with a fresh optimizer, even where consolidated weights sit beside it)."""
+    if _has_deepspeed_state(checkpoint):
+        raise ValueError(
+            f"{checkpoint} holds a DeepSpeed engine checkpoint (global_step*/), whose optimizer state resumes only "
+            "under DeepSpeed; resume it with deepspeed=..., or convert it with DeepSpeed's universal-checkpoint "
+            "tooling (ds_to_universal) first."
+        )
+
+
+def _has_deepspeed_state(checkpoint: str) -> bool:
+    """Whether `checkpoint` holds a DeepSpeed engine folder (`global_step*`), DeepSpeed's own layout."""
     return os.path.isdir(checkpoint) and any(
-        "optimizer" in name and os.path.isdir(os.path.join(checkpoint, name)) for name in os.listdir(checkpoint)
+        name.startswith("global_step") and os.path.isdir(os.path.join(checkpoint, name))
+        for name in os.listdir(checkpoint)
     )

@@ -13,6 +13,8 @@ STRATEGY_NEUTRAL = {
     "hf_lightning.strategies.checkpoint_io",
     "hf_lightning.strategies.evaluation",
     "hf_lightning.strategies.distributed",
+    # Every layout's states read into one form, whichever strategy wrote them (resume's checks, consolidate).
+    "hf_lightning.strategies.portable_state",
 }
 STRATEGY_FLAGS = {"is_deepspeed_enabled", "is_fsdp_enabled", "is_fsdp_plan", "is_tp_sharded", "trainer_tp_size"}
 NEUTRAL_SUBPACKAGES = ("checkpoint", "evaluation")

@@ -436,15 +436,14 @@ def test_an_optimizer_passed_by_the_user_is_refused(tmp_path, version):
             strategy.shard_user_model(module)
 
 
-@pytest.mark.parametrize(
-    ("state_dict_type", "needed"),
-    [("FULL_STATE_DICT", "pytorch_model_fsdp.bin"), ("SHARDED_STATE_DICT", "pytorch_model_fsdp_0")],
-)
-def test_resume_needs_the_fsdp_weights_of_the_runs_layout(tmp_path, state_dict_type, needed):
-    """Checked before training starts: a plain model.safetensors (or the other layout) is refused by name."""
+@pytest.mark.parametrize("state_dict_type", ["FULL_STATE_DICT", "SHARDED_STATE_DICT"])
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model_fsdp.bin", "pytorch_model_fsdp_0"])
+def test_an_fsdp_run_resumes_from_any_layouts_weights(tmp_path, state_dict_type, weights):
+    """Checked before training starts: whichever layout wrote the weights (a run without FSDP, FSDP full or sharded)
+    resumes under either state_dict_type; a folder without weights is refused."""
     from types import SimpleNamespace
 
-    from hf_lightning.strategies.fsdp.checkpoint import check_resumable
+    from hf_lightning.strategies.fsdp.checkpoint import FSDPCheckpointIO
 
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path),
@@ -456,8 +455,7 @@ def test_resume_needs_the_fsdp_weights_of_the_runs_layout(tmp_path, state_dict_t
     trainer = SimpleNamespace(plan=translate(args, CPU_2))
     checkpoint = tmp_path / "checkpoint-2"
     checkpoint.mkdir()
-    (checkpoint / "model.safetensors").write_bytes(b"")
-    with pytest.raises(ValueError, match=needed):
-        check_resumable(trainer, str(checkpoint))
-    (checkpoint / needed).mkdir() if needed.endswith("_0") else (checkpoint / needed).write_bytes(b"")
-    check_resumable(trainer, str(checkpoint))
+    with pytest.raises(ValueError, match="Can't find a valid checkpoint"):
+        FSDPCheckpointIO().check_resumable(trainer, str(checkpoint))
+    (checkpoint / weights).mkdir() if weights.endswith("_0") else (checkpoint / weights).write_bytes(b"")
+    FSDPCheckpointIO().check_resumable(trainer, str(checkpoint))

@@ -41,7 +41,7 @@ class DeepSpeedCheckpointIO(StrategyCheckpointIO):
 
         save_deepspeed_optimizer_and_scheduler(trainer, output_dir)
 
-    def save_model(self, trainer: Any, output_dir: str) -> None:
+    def save_model(self, trainer: Any, output_dir: str, in_checkpoint: bool = False) -> None:
         """Consolidated weights (ZeRO-3 gathers), or the engine's checkpoint without the 16-bit gather."""
         # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
         from hf_lightning.strategies.deepspeed.strategy import save_deepspeed_model

@@ -6,14 +6,16 @@
 | FULL_STATE_DICT (default)   | `model.safetensors` (+ config) and `pytorch_model_fsdp.bin`, both gathered on rank 0 | `optimizer.bin` (rank 0) |
 | SHARDED_STATE_DICT          | `pytorch_model_fsdp_0/` (torch distributed checkpoint, every rank writes its shard) | `optimizer_0/` |
 
-`scheduler.pt`, the RNG files and `trainer_state.json` are written as without FSDP. As in the reference, a sharded
-run's `save_model()` writes no weights (nor `training_args.bin`). Every function here is a collective: all ranks
+`scheduler.pt`, the RNG files and `trainer_state.json` are written as without FSDP. A sharded checkpoint also holds
+the model's `config.json`, and a sharded run's `save_model()` outside checkpoints writes the gathered full weights
+(the reference writes nothing there). Any of these layouts resumes here (strategies/portable_state.py). Every function here is a collective: all ranks
 call it. Files are read with `weights_only=True`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import warnings
@@ -22,18 +24,33 @@ from typing import Any
 import torch
 from torch import nn
 
-from hf_lightning.core.checkpoint_files import SCHEDULER_NAME
-from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO, weights_files_present
+from hf_lightning.core.checkpoint_files import SCHEDULER_NAME, safe_torch_load
+from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO, refuse_deepspeed_checkpoint
 from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.fsdp.policies import is_fsdp1_model
+from hf_lightning.strategies.portable_state import (
+    FSDP_MODEL_NAME,
+    FSDP_OPTIMIZER_NAME,
+    check_distributed_checkpoint,
+    full_fsdp_model_file,
+    has_model_state,
+    has_plain_weights,
+    is_keyed_by_name,
+    optimizer_file,
+    optimizer_parameter_names,
+    optimizer_state_by_name,
+    read_full_model_state,
+    read_full_optimizer_state,
+    safe_load_planner,
+    sharded_model_folder,
+    sharded_optimizer_folder,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "FSDP_MODEL_NAME",
     "FSDP_OPTIMIZER_NAME",
-    "fsdp_model_files_present",
-    "fsdp_optimizer_files_present",
     "gather_full_state_dict",
     "load_fsdp_model",
     "load_fsdp_optimizer",
@@ -43,32 +60,10 @@ __all__ = [
     "save_fsdp_weights",
 ]
 
-FSDP_MODEL_NAME = "pytorch_model_fsdp"
-FSDP_OPTIMIZER_NAME = "optimizer"
-
 
 def _is_full(trainer: Any) -> bool:
     """Whether the run saves full state dicts (`FULL_STATE_DICT`) rather than shards."""
     return trainer.plan.strategy.fsdp.state_dict_type == "FULL_STATE_DICT"
-
-
-def required_model_files(trainer: Any) -> str:
-    """The FSDP weights a resume of this run reads: `pytorch_model_fsdp.bin` (full) or `pytorch_model_fsdp_0/`."""
-    return f"{FSDP_MODEL_NAME}.bin" if _is_full(trainer) else f"{FSDP_MODEL_NAME}_0"
-
-
-def check_resumable(trainer: Any, checkpoint: str) -> None:
-    """Before training starts: refuse a checkpoint without the FSDP weights this run's `state_dict_type` loads
-    (a plain `model.safetensors`, or the other layout), instead of failing after the model is wrapped."""
-    needed = required_model_files(trainer)
-    if not os.path.exists(os.path.join(checkpoint, needed)):
-        layout = trainer.plan.strategy.fsdp.state_dict_type
-        raise ValueError(
-            f"{checkpoint} has no {needed}, the FSDP weights this run resumes from "
-            f"(fsdp_config['state_dict_type']={layout!r}); resume from a checkpoint of an FSDP run with the same "
-            "state_dict_type, or load the weights into the model before training and start without "
-            "resume_from_checkpoint"
-        )
 
 
 def _multi_process(trainer: Any) -> bool:
@@ -145,11 +140,24 @@ def gather_full_state_dict(model: nn.Module) -> dict[str, Any]:
 # ---- saving ------------------------------------------------------------------------------------------------
 
 
-def save_fsdp_weights(trainer: Any, output_dir: str) -> None:
-    """`save_model` under FSDP: a full state dict goes through the usual `_save` (model.safetensors, config,
-    training_args.bin); a sharded run writes nothing there, as the reference."""
-    if _is_full(trainer):
+def save_fsdp_weights(trainer: Any, output_dir: str, in_checkpoint: bool = False) -> None:
+    """`save_model` under FSDP: the full weights gathered onto rank 0 (one tensor at a time, never the whole model
+    on every rank) go through the usual `_save` (model.safetensors, config, training_args.bin). In a checkpoint a
+    sharded run keeps its shards (`pytorch_model_fsdp_0/`) and writes only the model's config beside them, so the
+    folder consolidates on its own (docs/divergences.md: the reference writes no weights after a sharded run)."""
+    if _is_full(trainer) or not in_checkpoint:
         trainer._save(output_dir, state_dict=gather_full_state_dict(trainer.model_wrapped))
+    elif trainer.args.should_save:
+        save_model_config(trainer.model, output_dir)
+
+
+def save_model_config(model: nn.Module, output_dir: str) -> None:
+    """The model's `config.json` (and `generation_config.json`) when it has a transformers config."""
+    for attribute in ("config", "generation_config"):
+        config = getattr(model, attribute, None)
+        if callable(getattr(config, "save_pretrained", None)):
+            os.makedirs(output_dir, exist_ok=True)
+            config.save_pretrained(output_dir)
 
 
 def save_fsdp_model(trainer: Any, output_dir: str) -> None:
@@ -208,54 +216,54 @@ def save_fsdp_optimizer(trainer: Any, output_dir: str) -> None:
 # ---- loading -----------------------------------------------------------------------------------------------
 
 
-def fsdp_model_files_present(checkpoint: str) -> bool:
-    """Whether `checkpoint` holds FSDP model files (the reference's `is_fsdp_ckpt`)."""
-    return _fsdp_files_present(checkpoint, FSDP_MODEL_NAME)
-
-
-def _fsdp_files_present(checkpoint: str, name: str) -> bool:
-    """`<name>.bin` (a full state), or a folder whose name contains `name` (a distributed checkpoint)."""
-    if os.path.isfile(os.path.join(checkpoint, f"{name}.bin")):
-        return True
-    return os.path.isdir(checkpoint) and any(
-        name in entry and os.path.isdir(os.path.join(checkpoint, entry)) for entry in os.listdir(checkpoint)
-    )
+def _reads_sharded(input_dir: str) -> bool:
+    """Whether a load from `input_dir` goes through its distributed checkpoint (a sharded FSDP run wrote it) or
+    through full states (FSDP's full files, or the plain files of one process, DDP or tensor parallelism)."""
+    return sharded_model_folder(input_dir) is not None
 
 
 def load_fsdp_model(trainer: Any, input_dir: str) -> Any:
-    """Load `pytorch_model_fsdp.bin` or `pytorch_model_fsdp_0/` into the wrapped model (accelerate's
-    `load_fsdp_model`); the reference resumes and loads the best model this way under FSDP."""
-    full = _is_full(trainer)
+    """Load a checkpoint's weights into the wrapped model, whatever layout wrote them (accelerate's
+    `load_fsdp_model` for its own files): `pytorch_model_fsdp_0/` resharded by `torch.distributed.checkpoint`,
+    else the full weights (`pytorch_model_fsdp.bin`, or `model.safetensors` of a run without FSDP) handed to FSDP
+    as a full state dict. The reference resumes and loads the best model this way under FSDP."""
+    sharded = _reads_sharded(input_dir)
     model = trainer.model_wrapped
-    context, options = _state_dict_mode(trainer, full)
+    context, options = _state_dict_mode(trainer, not sharded)
+    strict = True
     barrier()
     with context:
-        if full:
-            path = os.path.join(input_dir, f"{FSDP_MODEL_NAME}.bin")
-            if not os.path.isfile(path):
+        if not sharded:
+            fsdp_file = full_fsdp_model_file(input_dir)
+            if fsdp_file is None and not has_plain_weights(input_dir):
                 raise ValueError(
-                    f"{input_dir} has no {FSDP_MODEL_NAME}.bin, the full FSDP weights this run loads "
-                    "(fsdp_config['state_dict_type']='FULL_STATE_DICT'); resume from a checkpoint of an FSDP run "
-                    "with the same state_dict_type"
+                    f"{input_dir} holds no model weights ({FSDP_MODEL_NAME}.bin, {FSDP_MODEL_NAME}_0/ or "
+                    "model.safetensors); resume from a complete checkpoint"
                 )
             # FSDP2 broadcasts from rank 0; FSDP1 loads the whole dict on every rank.
             reads = options is None or trainer.args.process_index == 0 or not _multi_process(trainer)
-            state = torch.load(path, weights_only=True, map_location="cpu") if reads else {}
+            state = {}
+            if reads:
+                state = safe_torch_load(fsdp_file) if fsdp_file else read_full_model_state(input_dir)
+            # model.safetensors leaves out tied weights: loaded non-strict, as the reference loads it.
+            strict = fsdp_file is not None
+            if options is not None:
+                options = dataclasses.replace(options, strict=strict)
         else:
             import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
-            folder = os.path.join(input_dir, f"{FSDP_MODEL_NAME}_0")
-            if not os.path.isdir(folder):
-                raise ValueError(
-                    f"{input_dir} has no {FSDP_MODEL_NAME}_0/ folder, the sharded FSDP weights this run loads "
-                    "(fsdp_config['state_dict_type']='SHARDED_STATE_DICT'); resume from a checkpoint of an FSDP run "
-                    "with the same state_dict_type"
-                )
             holder = {"model": _model_state(model, options)}
-            dcp.load(holder, storage_reader=dcp.FileSystemReader(folder))
+            folder = sharded_model_folder(input_dir)
+            check_distributed_checkpoint(folder)
+            dcp.load(
+                holder,
+                storage_reader=dcp.FileSystemReader(folder),
+                planner=safe_load_planner(DefaultLoadPlanner),
+            )
             state = holder["model"]
         if options is None:
-            result = model.load_state_dict(state)
+            result = model.load_state_dict(state, strict=strict)
         else:
             from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
@@ -265,23 +273,24 @@ def load_fsdp_model(trainer: Any, input_dir: str) -> Any:
 
 
 def load_fsdp_optimizer(trainer: Any, input_dir: str) -> None:
-    """Load `optimizer.bin` or `optimizer_0/` into the run's optimizer (accelerate's `load_fsdp_optimizer`)."""
-    full = _is_full(trainer)
+    """Load a checkpoint's optimizer state into the run's optimizer, whatever layout wrote it (accelerate's
+    `load_fsdp_optimizer` for its own files): `optimizer_0/` resharded, else the full state (`optimizer.bin`, or
+    `optimizer.pt` keyed by name through this run's parameter order) handed to FSDP as a full state dict."""
+    sharded = sharded_optimizer_folder(input_dir) is not None
     model, optimizer = trainer.model_wrapped, _plain_optimizer(trainer.optimizer)
-    context, options = _state_dict_mode(trainer, full)
+    context, options = _state_dict_mode(trainer, not sharded)
     barrier()
     with context:
-        if full:
+        if not sharded:
             state = None
             if trainer.args.process_index == 0:  # rank 0 reads; FSDP hands the state to the other ranks
-                path = os.path.join(input_dir, f"{FSDP_OPTIMIZER_NAME}.bin")
-                state = torch.load(path, weights_only=True, map_location="cpu")
+                state = read_full_optimizer_state(input_dir)
+                if not is_keyed_by_name(state):  # optimizer.pt of a run without FSDP: named through our order
+                    state = optimizer_state_by_name(state, optimizer_parameter_names(trainer.model, optimizer))
             if options is not None and state is None:
                 state = {}
         else:
-            state = _read_sharded_optimizer(
-                trainer, options, os.path.join(input_dir, f"{FSDP_OPTIMIZER_NAME}_0")
-            )
+            state = _read_sharded_optimizer(trainer, options, sharded_optimizer_folder(input_dir))
         if options is None:
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
@@ -301,11 +310,13 @@ def _read_sharded_optimizer(trainer: Any, options: Any, folder: str) -> dict[str
     the checkpoint's metadata instead (`load_sharded_optimizer_state_dict`, as Lightning's FSDP strategy does).
     """
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
+    check_distributed_checkpoint(folder)  # FSDP1's reader below still reads parameter groups unrestricted
     reader = dcp.FileSystemReader(folder)
     if options is not None:
         holder = {"optimizer": _optimizer_state(trainer, options)}
-        dcp.load(holder, storage_reader=reader)
+        dcp.load(holder, storage_reader=reader, planner=safe_load_planner(DefaultLoadPlanner))
         return holder["optimizer"]
     from torch.distributed.checkpoint.optimizer import load_sharded_optimizer_state_dict
 
@@ -313,11 +324,6 @@ def _read_sharded_optimizer(trainer: Any, options: Any, folder: str) -> dict[str
     return load_sharded_optimizer_state_dict(model_state, optimizer_key="optimizer", storage_reader=reader)[
         "optimizer"
     ]
-
-
-def fsdp_optimizer_files_present(checkpoint: str) -> bool:
-    """Whether `checkpoint` holds FSDP optimizer files (`optimizer.bin` or an `optimizer_*` folder)."""
-    return _fsdp_files_present(checkpoint, FSDP_OPTIMIZER_NAME)
 
 
 class FSDPCheckpointIO(StrategyCheckpointIO):
@@ -329,13 +335,15 @@ class FSDPCheckpointIO(StrategyCheckpointIO):
     supports_background_writes = False
 
     def check_resumable(self, trainer: Any, checkpoint: str) -> None:
-        if not weights_files_present(checkpoint) and not fsdp_model_files_present(checkpoint):
+        """Any layout we write resumes under FSDP (its sharded or full files, or a run's without FSDP)."""
+        refuse_deepspeed_checkpoint(checkpoint)
+        if not has_model_state(checkpoint):
             raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
-        check_resumable(trainer, checkpoint)
 
     def optimizer_files(self, checkpoint: str) -> list[str]:
-        # The FSDP optimizer files are read at train start; the scheduler is listed only alongside them.
-        if fsdp_optimizer_files_present(checkpoint) and os.path.isfile(os.path.join(checkpoint, SCHEDULER_NAME)):
+        # Every optimizer layout is read at train start, once FSDP holds the optimizer; the scheduler is listed
+        # only alongside it.
+        if optimizer_file(checkpoint) is not None and os.path.isfile(os.path.join(checkpoint, SCHEDULER_NAME)):
             return [SCHEDULER_NAME]
         return []
 
@@ -363,5 +371,5 @@ class FSDPCheckpointIO(StrategyCheckpointIO):
         if trainer.args.should_save:
             self._save_scheduler(trainer, output_dir, reach)
 
-    def save_model(self, trainer: Any, output_dir: str) -> None:
-        save_fsdp_weights(trainer, output_dir)
+    def save_model(self, trainer: Any, output_dir: str, in_checkpoint: bool = False) -> None:
+        save_fsdp_weights(trainer, output_dir, in_checkpoint)

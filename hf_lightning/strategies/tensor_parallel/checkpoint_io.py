@@ -36,12 +36,12 @@ class TensorParallelCheckpointIO(StrategyCheckpointIO):
             return load_full_state_dict(model, state_dict)
         return super()._load_state_dict(model, state_dict)
 
-    def _load_optimizer_state(self, trainer: Any, files: Any) -> None:
+    def _load_optimizer_state(self, trainer: Any, state: dict[str, Any]) -> None:
         if not is_tp_sharded(trainer.model):
-            super()._load_optimizer_state(trainer, files)
+            super()._load_optimizer_state(trainer, state)
             return
         optimizer = getattr(trainer.optimizer, "_optimizer", trainer.optimizer)
-        load_full_optimizer_state(optimizer, files.take(OPTIMIZER_NAME))
+        load_full_optimizer_state(optimizer, state)
 
     def save_optimizer_and_scheduler(self, trainer: Any, output_dir: str, reach: Any) -> None:
         """All ranks gather the optimizer shards; the saving rank writes a one-process `optimizer.pt`."""
@@ -55,7 +55,7 @@ class TensorParallelCheckpointIO(StrategyCheckpointIO):
         torch.save(optimizer_state, os.path.join(output_dir, OPTIMIZER_NAME))
         self._save_scheduler(trainer, output_dir, reach)
 
-    def save_model(self, trainer: Any, output_dir: str) -> None:
+    def save_model(self, trainer: Any, output_dir: str, in_checkpoint: bool = False) -> None:
         """All ranks gather the shards; the saving rank writes the full weights."""
         if holds_shards(trainer):
             trainer._save(output_dir, state_dict=full_state_dict(trainer.model))
