@@ -3,14 +3,17 @@ summary (`run_performance.json`), its printed form and the progress bar's text.
 
 Rates are counts over the stretch's wall time: samples/s and tokens/s of all processes (`samples_per_second`) and
 of this process (`..._per_device`); MFU is the FLOPs of all processes over the time, the processes and the peak
-FLOP/s of one device. Shares are seconds over the wall time; `other` is what is left (forward, backward, the
-trainer's own work).
+FLOP/s of one device. This process's rates, FLOP/s and MFU come from Lightning's `Throughput` (the stretch as its
+window of two updates); the rates of all processes are their summed counts over the same time. Shares are seconds
+over the wall time; `other` is what is left (forward, backward, the trainer's own work).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from lightning.fabric.utilities.throughput import Throughput
 
 from hf_lightning.core.blocked_time import CAUSES
 
@@ -65,33 +68,52 @@ def _plus(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else a + b
 
 
+def _device_rates(totals: Totals, world_size: int, peak_flops: float | None) -> dict[str, float]:
+    """Lightning's `Throughput` over the stretch: this process's samples/s and tokens/s, and the FLOP/s and MFU of
+    one device (the FLOPs of all processes shared equally, as `Throughput` assumes)."""
+    tokens = totals.tokens_local
+    # `Throughput` takes lengths of at least one per sample; a stretch of (nearly) empty samples has no token rate.
+    lengths = tokens is not None and tokens >= totals.samples_local
+    flops = None if totals.flops is None else totals.flops / world_size
+    meter = Throughput(available_flops=peak_flops, world_size=1, window_size=2)
+    meter.update(time=0.0, batches=0, samples=0, lengths=0 if lengths else None, flops=None if flops is None else 0)
+    meter.update(
+        time=totals.seconds,
+        batches=totals.updates,
+        samples=max(int(totals.samples_local), totals.updates),
+        lengths=int(tokens) if lengths else None,
+        flops=flops,
+    )
+    return meter.compute()
+
+
 def figures(totals: Totals, world_size: int, peak_flops: float | None) -> dict[str, float]:
     """The stretch's figures, keyed as the loggers receive them under `perf/`."""
     seconds = totals.seconds
     if seconds <= 0 or totals.updates <= 0:
         return {}
+    device = _device_rates(totals, world_size, peak_flops)
     result = {
         "seconds_per_step": seconds / totals.updates,
         "samples_per_second": totals.samples / seconds,
-        "samples_per_second_per_device": totals.samples_local / seconds,
+        # `Throughput` counts at least one sample per step (a batch it could not size counts none here).
+        "samples_per_second_per_device": (
+            device["device/samples_per_sec"] if totals.samples_local >= totals.updates else totals.samples_local / seconds
+        ),
     }
     if totals.tokens is not None:
         result["tokens_per_second"] = totals.tokens / seconds
-        result["tokens_per_second_per_device"] = (totals.tokens_local or 0.0) / seconds
+        result["tokens_per_second_per_device"] = device.get("device/items_per_sec", (totals.tokens_local or 0) / seconds)
     if totals.flops is not None:
         result["flops_per_step"] = totals.flops / totals.updates
-        if peak_flops:
-            result["mfu"] = mfu(totals.flops, seconds, world_size, peak_flops)
+        result["flops_per_second_per_device"] = device["device/flops_per_sec"]
+        if "device/mfu" in device:
+            result["mfu"] = device["device/mfu"]
     for part, part_seconds in totals.seconds_by_part().items():
         result[f"{part}_share"] = part_seconds / seconds
     if totals.peak_memory is not None:
         result["peak_memory_mb"] = totals.peak_memory / 2**20
     return result
-
-
-def mfu(flops: float, seconds: float, world_size: int, peak_flops: float) -> float:
-    """Model FLOPs utilisation: the FLOP/s each device achieved over the peak FLOP/s of one device."""
-    return flops / seconds / world_size / peak_flops
 
 
 def progress_text(window: dict[str, float]) -> str:
