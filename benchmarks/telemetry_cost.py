@@ -8,9 +8,10 @@ One process, one thread, pinned by the caller if wanted (`taskset -c 1 ...`). Th
 - `step_work_us`: the telemetry's own work on a step that does not log, timed on its real parts with the workload's
   real batch: the batch counter, the data clock around the batch draw (one more call frame) and the optimizer clock
   (min of 7 timings of 20,000 steps, less the same loop doing nothing);
-- `window_us_per_step`: what closing the logging windows and the run's end (the reads, the figures, the summary file)
-  cost in a real run, timed around the meter's methods and spread over the run's steps; `flops_ms` the one-off FLOP
-  measurement on the meta device at the first micro-batch;
+- `window_us_per_step`: what closing the logging windows (the device reads, the figures, the loggers) costs in a
+  real run, timed around the meter's method and spread over the run's steps; one-offs beside it: `flops_ms`, the
+  FLOP measurement on the meta device at the first micro-batch, and `run_end_ms`, the summary at the end of
+  `train()` (figures, the printed lines, run_performance.json written and fsynced);
 - `pair_ratio`: the run with the telemetry over the same run with `telemetry=False`, by steady-state CPU ms per step,
   per pair of back-to-back runs in this process (the order alternates), median (min-max).
 
@@ -134,7 +135,7 @@ def measure(name: str, pairs: int, scale: str) -> dict[str, Any]:
     flops_ms = (time.perf_counter() - started) * 1000
     timed: dict[str, float] = {}
     _run(workload, telemetry=True, timed=timed)  # warm-up, and the window methods' time
-    window_us = sum(timed.values()) / workload.max_steps * 1e6
+    window_us = timed["close_window"] / workload.max_steps * 1e6
     ratios, off_ms = [], []
     for pair in range(pairs):
         order = (True, False) if pair % 2 == 0 else (False, True)
@@ -150,6 +151,7 @@ def measure(name: str, pairs: int, scale: str) -> dict[str, Any]:
         "step_work_us": work,
         "window_us_per_step": window_us,
         "flops_ms": flops_ms,
+        "run_end_ms": timed["finish_training"] * 1000,
         "cost_share": (work + window_us) / (step_ms * 1000),
         "pair_ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "n": len(ratios)},
     }
@@ -172,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{name}: step {result['off_cpu_ms_per_step']:.3f} ms (off), telemetry work {result['step_work_us']:.2f} us"
             f" + windows {result['window_us_per_step']:.2f} us per step = {result['cost_share']:.2%} of a step; "
             f"on/off pairs {ratio['median']:.3f} ({ratio['min']:.3f}-{ratio['max']:.3f}); "
-            f"FLOPs measured once in {result['flops_ms']:.1f} ms",
+            f"once: FLOPs measured in {result['flops_ms']:.1f} ms, the run's summary in {result['run_end_ms']:.1f} ms",
             flush=True,
         )
     Path(options.out).parent.mkdir(parents=True, exist_ok=True)
