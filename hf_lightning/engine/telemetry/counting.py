@@ -39,17 +39,16 @@ class BatchCounter:
 
     def count(self, inputs: Any) -> None:
         """Add one micro-batch (called after its forward and backward, from the training step)."""
-        if not isinstance(inputs, Mapping):
+        if type(inputs) is not dict and not isinstance(inputs, Mapping):
             self._count_unnamed(inputs)
             return
         main = inputs.get(self._main)
         if type(main) is not torch.Tensor:
             scale_key = next((key for key, value in inputs.items() if isinstance(value, torch.Tensor)), None)
-            if scale_key is None:
-                return
-            self._count_scale(inputs, scale_key)
+            if scale_key is not None:
+                self._count_scale(inputs[scale_key], inputs)
             return
-        self._count_scale(inputs, self._main)
+        self._count_scale(main, inputs)
         mask = inputs.get("attention_mask")
         if isinstance(mask, torch.Tensor):
             self._add_on_device(mask.sum(dtype=torch.int64))
@@ -58,15 +57,17 @@ class BatchCounter:
         else:
             self.tokens = (self.tokens or 0) + main.numel()
 
-    def _count_scale(self, inputs: Mapping[str, Any], key: str) -> None:
-        tensor = inputs[key]
-        self.samples += tensor.shape[0] if tensor.dim() else 1
-        self.elements += tensor.numel()
+    def _count_scale(self, tensor: torch.Tensor, inputs: Mapping[str, Any]) -> None:
+        """Samples and entries of the input FLOPs scale with; the FLOPs themselves on the first micro-batch."""
+        shape = tensor.shape
+        self.samples += shape[0] if shape else 1
+        elements = tensor.numel()
+        self.elements += elements
         if self._measure_flops is not None:
             measure, self._measure_flops = self._measure_flops, None
             flops = measure(inputs)
-            if flops and tensor.numel():
-                self.flops_per_element = flops / tensor.numel()
+            if flops and elements:
+                self.flops_per_element = flops / elements
 
     def _count_unnamed(self, inputs: Any) -> None:
         """A tuple / list batch: samples from its first tensor (no main input, so no tokens or FLOPs scale)."""
