@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning.fabric.utilities.throughput import Throughput
-
 from hf_lightning.core.blocked_time import CAUSES
 
 FORMAT_VERSION = 1
@@ -71,6 +69,9 @@ def _plus(a: float | None, b: float | None) -> float | None:
 def _device_rates(totals: Totals, world_size: int, peak_flops: float | None) -> dict[str, float]:
     """Lightning's `Throughput` over the stretch: this process's samples/s and tokens/s, and the FLOP/s and MFU of
     one device (the FLOPs of all processes shared equally, as `Throughput` assumes)."""
+    # lazy: Lightning loads when a run starts, not at `from hf_lightning import Trainer` (this module comes with it)
+    from lightning.fabric.utilities.throughput import Throughput
+
     tokens = totals.tokens_local
     # `Throughput` takes lengths of at least one per sample; a stretch of (nearly) empty samples has no token rate.
     lengths = tokens is not None and tokens >= totals.samples_local
