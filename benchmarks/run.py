@@ -37,8 +37,9 @@ from benchmarks.timing import SPAWN_ENV  # noqa: E402
 from benchmarks.workloads import ALL_WORKLOADS, SCALES  # noqa: E402
 
 RUNNERS = {
-    "tiny": ("hand", "transformers", "lightning", "hf_lightning"),
-    "cls": ("hand", "transformers", "lightning", "hf_lightning"),
+    # `hf_lightning_telemetry_off`: the same run with `telemetry=False`, pricing the telemetry (on by default).
+    "tiny": ("hand", "transformers", "lightning", "hf_lightning", "hf_lightning_telemetry_off"),
+    "cls": ("hand", "transformers", "lightning", "hf_lightning", "hf_lightning_telemetry_off"),
     "clm": ("hand", "transformers", "lightning", "hf_lightning"),
     "eval": ("hand", "transformers", "hf_lightning"),
     "ckpt": ("bare", "transformers", "hf_lightning"),
@@ -60,15 +61,17 @@ def workload_repeats(workload: str, scale: str, override: int | None = None) -> 
     return override or settings.get(f"{workload}_repeats", settings["repeats"])
 
 
-def plan_jobs(workloads: Iterable[str], scale: str, repeats: int | None = None) -> list[dict[str, Any]]:
-    """All jobs in run order: per workload, the runners interleaved across repeats.
+def plan_jobs(
+    workloads: Iterable[str], scale: str, repeats: int | None = None, only: Iterable[str] | None = None
+) -> list[dict[str, Any]]:
+    """All jobs in run order: per workload, the runners (those in `only` when given) interleaved across repeats.
 
     The runner order rotates by one each repeat, so with two cores no runner always shares the machine
     with the same neighbour (the ratios of one repeat come from runs close in time either way).
     """
     jobs = []
     for workload in workloads:
-        runners = list(RUNNERS[workload])
+        runners = [runner for runner in RUNNERS[workload] if only is None or runner in only]
         for repeat in range(workload_repeats(workload, scale, repeats)):
             shift = repeat % len(runners)
             for runner in runners[shift:] + runners[:shift]:
@@ -77,7 +80,7 @@ def plan_jobs(workloads: Iterable[str], scale: str, repeats: int | None = None) 
 
 
 # Smoke runs group runners that import the same frameworks into one process each, to pay imports once.
-SMOKE_PROCESSES = (("hand", "bare", "transformers"), ("lightning", "hf_lightning"))
+SMOKE_PROCESSES = (("hand", "bare", "transformers"), ("lightning", "hf_lightning", "hf_lightning_telemetry_off"))
 
 
 def group_jobs(jobs: list[dict[str, Any]], smoke: bool) -> list[list[dict[str, Any]]]:
@@ -165,7 +168,11 @@ def run_suite(options: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--workloads: unknown {unknown}; choose from {', '.join(ALL_WORKLOADS)}")
     repeats = {workload: workload_repeats(workload, scale, options.repeats) for workload in workloads}
     cpus = options.cpus.split(",") if options.cpus else [None]
-    jobs = plan_jobs(workloads, scale, options.repeats)
+    only = options.runners.split(",") if options.runners else None
+    known = {runner for workload in workloads for runner in RUNNERS[workload]}
+    if only is not None and not set(only) <= known:
+        raise SystemExit(f"--runners: {sorted(set(only) - known)} run none of {workloads}; choose from {sorted(known)}")
+    jobs = plan_jobs(workloads, scale, options.repeats, only)
     groups = group_jobs(jobs, smoke=options.smoke)
     scratch_root = REPO / "benchmarks" / ".scratch"
     scratch_root.mkdir(exist_ok=True)
@@ -238,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--smoke", action="store_true", help="tiny sizes, 1 repeat, runners grouped (CI check)")
     parser.add_argument("--workloads", help=f"comma-separated subset of {','.join(ALL_WORKLOADS)}")
     parser.add_argument("--repeats", type=int, help="override the scale's repeat count")
+    parser.add_argument(
+        "--runners", help="comma-separated subset of the runners (e.g. hf_lightning,hf_lightning_telemetry_off)"
+    )
     parser.add_argument(
         "--cpus", help="taskset core list, one per parallel process (default: 0,1; smoke: unpinned)"
     )

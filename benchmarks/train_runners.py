@@ -1,4 +1,5 @@
-"""The four training runners: a hand-written loop, transformers.Trainer, bare Lightning and hf_lightning.
+"""The training runners: a hand-written loop, transformers.Trainer, bare Lightning and hf_lightning (with its
+telemetry on, the default, and off).
 
 Each runner imports its framework itself (so the start-up it reports is its own), trains the workload
 with the reference's default recipe (AdamW, linear schedule, clipping at 1.0, zero_grad after each
@@ -123,6 +124,7 @@ def _run_hf_style(
     trainer_cls: type,
     args_cls: type,
     callback_base: type,
+    **trainer_kwargs: Any,
 ) -> dict[str, Any]:
     class StepEnd(callback_base):
         def on_step_end(self, args, state, control, **kwargs):
@@ -131,7 +133,7 @@ def _run_hf_style(
     model = workload.seeded_model()
     args = args_cls(**workload.trainer_args(output_dir))
     trainer = trainer_cls(
-        model=model, args=args, train_dataset=workload.train_dataset(), callbacks=[StepEnd()]
+        model=model, args=args, train_dataset=workload.train_dataset(), callbacks=[StepEnd()], **trainer_kwargs
     )
     output = trainer.train()
     return {"final_loss": probe_loss(trainer.model, workload), "train_loss": output.training_loss}
@@ -151,6 +153,15 @@ def run_hf_lightning(workload: Workload, clock: StepClock, output_dir: str) -> d
 
     clock.imports_done()
     return _run_hf_style(workload, clock, output_dir, Trainer, TrainingArguments, TrainerCallback)
+
+
+def run_hf_lightning_telemetry_off(workload: Workload, clock: StepClock, output_dir: str) -> dict[str, Any]:
+    """hf_lightning as `run_hf_lightning`, its telemetry switched off (`telemetry=False`): the pair prices the
+    telemetry (README, "Telemetry")."""
+    from hf_lightning import Trainer, TrainerCallback, TrainingArguments
+
+    clock.imports_done()
+    return _run_hf_style(workload, clock, output_dir, Trainer, TrainingArguments, TrainerCallback, telemetry=False)
 
 
 # ---- bare Lightning --------------------------------------------------------------------------------------
@@ -228,4 +239,5 @@ TRAIN_RUNNERS: dict[str, Callable[[Workload, StepClock, str], dict[str, Any]]] =
     "transformers": run_transformers,
     "lightning": run_lightning,
     "hf_lightning": run_hf_lightning,
+    "hf_lightning_telemetry_off": run_hf_lightning_telemetry_off,
 }

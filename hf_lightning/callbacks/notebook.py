@@ -259,6 +259,11 @@ class NotebookProgressCallback(TrainerCallback):
         self.training_tracker: NotebookTrainingTracker | None = None
         self.prediction_bar: NotebookProgressBar | None = None
         self._force_next_update = False
+        self._performance = ""  # the telemetry's last window (engine/telemetry/), shown after the epoch
+
+    def show_performance(self, text: str) -> None:
+        """Show the telemetry's last window (tokens/s, MFU) in the bar's comment from the next step on."""
+        self._performance = text
 
     def on_train_begin(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> Any:
         self.first_column = "Epoch" if args.eval_strategy == "epoch" else "Step"
@@ -273,9 +278,10 @@ class NotebookProgressCallback(TrainerCallback):
         epoch = int(state.epoch) if int(state.epoch) == state.epoch else f"{state.epoch:.2f}"
         tracker = _require(self.training_tracker, "on_train_begin must be called before on_step_end")
         # global_step + 1 as the reference (the bar runs one step ahead until on_train_end)
+        comment = f"Epoch {epoch}/{state.num_train_epochs}"
         tracker.update(
             state.global_step + 1,
-            comment=f"Epoch {epoch}/{state.num_train_epochs}",
+            comment=f"{comment}, {self._performance}" if self._performance else comment,
             force_update=self._force_next_update,
         )
         self._force_next_update = False

@@ -95,6 +95,11 @@ class ProgressCallback(TrainerCallback):
             self.training_bar.close()
             self.training_bar = None
 
+    def show_performance(self, text: str) -> None:
+        """The telemetry's last window (tokens/s, MFU; engine/telemetry/) after the bar, until the next window."""
+        if self.training_bar is not None:
+            self.training_bar.set_postfix_str(text, refresh=False)
+
 
 class PrinterCallback(TrainerCallback):
     """Prints each log dict (floats formatted `.4g`) on local rank 0.

@@ -33,6 +33,7 @@ from hf_lightning.checkpoint.files import (
     write_complete_marker,
 )
 from hf_lightning.checkpoint.output_folder import write_failure
+from hf_lightning.core.blocked_time import blocked_by
 from hf_lightning.core.checkpoint_files import TRAINER_STATE_NAME, checkpoint_folder_name
 from hf_lightning.core.enums import enum_value
 from hf_lightning.data.position_files import data_state_file_name, write_data_position, write_data_state
@@ -56,8 +57,10 @@ class Checkpointer:
     def save_at_step_boundary(self, trial: Any) -> None:
         """The step boundary's save: the trainer's overridable `_save_checkpoint`, then `on_save`."""
         trainer = self.trainer
-        trainer._save_checkpoint(trainer.model, trial)
-        trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+        # The time training stands still for the save (with AsyncCheckpointIO: the copy off the device).
+        with blocked_by(trainer, "checkpoint"):
+            trainer._save_checkpoint(trainer.model, trial)
+            trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
 
     def save(self, trial: Any) -> None:
         """Write `checkpoint-<global_step>` atomically, then rotate old checkpoints (CKPT-3.6). All ranks.
@@ -107,7 +110,8 @@ class Checkpointer:
             if failure is not None:
                 raise failure from error
             raise
-        trainer._push_checkpoint(final_dir)
+        with blocked_by(trainer, "hub"):  # what of a Hub push runs before training goes on (integrations/hub.py)
+            trainer._push_checkpoint(final_dir)
         if should_save:
             self.rotate_after_save(trainer, run_dir, final_dir, token)
 

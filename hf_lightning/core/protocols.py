@@ -44,6 +44,7 @@ class TrainerLike(Protocol):
     control: Any  # TrainerControl
     lightning_trainer: Any  # lightning.pytorch.Trainer
     _checkpointer: Any  # checkpoint.checkpointer.Checkpointer, the trainer's checkpoint saves
+    _telemetry: Any  # engine.telemetry.meter.TelemetryMeter, None when the telemetry is off
     is_in_train: bool
     current_gradient_accumulation_steps: int
     _trial: Any  # also set by `_hp_search_setup`; `TrainerState.init_training_references` reads it

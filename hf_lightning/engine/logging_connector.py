@@ -44,6 +44,8 @@ class LoggingConnector:
         self.total_loss_scalar += tr_loss_scalar
         self.globalstep_last_logged = global_step
         facade.store_flos()
+        if facade._telemetry is not None:  # the window's throughput and time shares (engine/telemetry/meter.py)
+            facade._telemetry.close_window(logs)
         facade.log(logs, self._run.start_time)
 
     def training_loss(self, num_steps_trained: int) -> float:

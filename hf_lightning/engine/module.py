@@ -62,13 +62,39 @@ def _moved_to_device(batch: Any, device: torch.device) -> Any:
     return move_data_to_device(batch, device)
 
 
+class _TimedBatchIterator(_BatchIterator):
+    """`_BatchIterator` whose waits for the next batch (drawing it and moving it to the device) the telemetry's host
+    clock times (engine/telemetry/)."""
+
+    def __init__(self, lightning_iterator: Iterator, module: HFLightningModule, fit: _FitView):
+        super().__init__(lightning_iterator, module, fit)
+        self._clock = fit.data_clock
+
+    def __next__(self) -> Any:
+        clock = self._clock
+        clock.start()
+        try:
+            return super().__next__()
+        finally:
+            clock.stop()
+
+
 class _FitView:
     """What one fit's steps read from Lightning and the plan, looked up once (fixed once the fit has started)."""
 
-    __slots__ = ("strategy", "root_device", "scaler", "plain_forward", "faults_armed", "optimizer")
+    __slots__ = (
+        "strategy", "root_device", "scaler", "plain_forward", "faults_armed", "optimizer",
+        "counter", "data_clock", "optimizer_clock", "batch_iterator",
+    )
 
     def __init__(self, module: HFLightningModule) -> None:
         trainer = module.trainer
+        # The telemetry's step-side parts (engine/telemetry/), None when it is off: a step then only tests for None.
+        telemetry = getattr(module.facade, "_telemetry", None)
+        self.counter = None if telemetry is None else telemetry.counter
+        self.data_clock = None if telemetry is None else telemetry.data_clock
+        self.optimizer_clock = None if telemetry is None else telemetry.optimizer_clock
+        self.batch_iterator = _BatchIterator if self.data_clock is None else _TimedBatchIterator
         self.strategy = trainer.strategy
         self.optimizer = module.optimizers()  # the `LightningOptimizer`, set up with the strategy before the fit
         self.root_device = self.strategy.root_device
@@ -220,7 +246,7 @@ class HFLightningModule(pl.LightningModule):
         facade = self._facade
         run = self._run
         fit = self._fit_view()
-        epoch_iterator = _BatchIterator(dataloader_iter, self, fit)
+        epoch_iterator = fit.batch_iterator(dataloader_iter, self, fit)
         run.resume.skip_replayed_batches(dataloader_iter)
         update_index = run.updates_done_in_epoch
         num_batches = schedule.window_size(
@@ -264,6 +290,8 @@ class HFLightningModule(pl.LightningModule):
             facade._accumulate_loss(loss_step)
             facade.current_flos += float(facade.floating_point_ops(inputs))
             facade._track_num_input_tokens(inputs)
+            if fit.counter is not None:
+                fit.counter.count(inputs)
             if do_sync_step:
                 self._optimizer_update(step)
             else:
@@ -301,7 +329,13 @@ class HFLightningModule(pl.LightningModule):
         grad_norm = facade._clip_grad_norm(facade.model_wrapped)
         facade._fire("on_pre_optimizer_step")
         scale_before = self._grad_scale()
-        self._update_dispatch.optimizer_step(self, optimizer)
+        clock = fit.optimizer_clock
+        if clock is None:
+            self._update_dispatch.optimizer_step(self, optimizer)
+        else:
+            clock.start()
+            self._update_dispatch.optimizer_step(self, optimizer)
+            clock.stop()
         facade._fire("on_optimizer_step")
         learning_rate = facade._get_learning_rate()
         step_was_skipped = scale_before is not None and self._grad_scale() < scale_before

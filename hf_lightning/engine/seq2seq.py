@@ -80,9 +80,9 @@ class HFLightningSeq2SeqTrainer(HFLightningTrainer):
         preprocess_logits_for_metrics: Callable | None = None,
         **deprecated_kwargs: Any,
     ):
-        # Only the v4 `tokenizer=` alias is accepted (the facade handles it); the reference's Seq2SeqTrainer has
-        # no `optimizer_cls_and_kwargs`.
-        unexpected = [name for name in deprecated_kwargs if name != "tokenizer"]
+        # Only the v4 `tokenizer=` alias and our `telemetry=` are accepted (the facade handles them); the
+        # reference's Seq2SeqTrainer has no `optimizer_cls_and_kwargs`.
+        unexpected = [name for name in deprecated_kwargs if name not in ("tokenizer", "telemetry")]
         if unexpected:
             raise TypeError(
                 f"HFLightningSeq2SeqTrainer.__init__() got an unexpected keyword argument '{unexpected[0]}'"

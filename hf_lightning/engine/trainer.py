@@ -59,6 +59,8 @@ from hf_lightning.engine.memory import TrainerMemoryTracker
 from hf_lightning.engine.optimizer_methods import OptimizerMixin
 from hf_lightning.engine.overridable import refuse_uncalled_overrides
 from hf_lightning.engine.step_methods import TrainingStepMixin
+from hf_lightning.engine.telemetry.meter import TelemetryMeter
+from hf_lightning.engine.telemetry.settings import resolve_telemetry
 from hf_lightning.evaluation.methods import EvaluationMixin
 from hf_lightning.integrations.hp_search import HyperparameterSearchMixin
 from hf_lightning.integrations.hub import HubMixin, hub_progress_bars_suppressed
@@ -127,6 +129,8 @@ class HFLightningTrainer(
     ):
         # An override of a reference method Lightning's loop never calls is refused here, before anything runs.
         refuse_uncalled_overrides(type(self))
+        # Our own keyword (not in the reference's signature, which stays the reference's): the telemetry's options.
+        telemetry = deprecated_kwargs.pop("telemetry", True)
         processing_class = _fold_tokenizer_alias(processing_class, deprecated_kwargs)
         if args is None:
             args = TrainingArguments(output_dir="tmp_trainer")
@@ -214,6 +218,11 @@ class HFLightningTrainer(
         self._place_model(model)
 
         hf_callbacks, self.lightning_callbacks = _split_callbacks(callbacks)
+        # Where the run's time goes (engine/telemetry/): on unless `telemetry=False` or `Telemetry(enabled=False)`.
+        telemetry_settings, telemetry_holder = resolve_telemetry(telemetry, self.lightning_callbacks)
+        self._telemetry = (
+            TelemetryMeter(self, telemetry_settings, telemetry_holder) if telemetry_settings.enabled else None
+        )
         # As the reference: the SIGTERM checkpoint callback right after the flow callback, before the user's.
         jit_callbacks = [JITCheckpointCallback(self)] if args.enable_jit_checkpoint else []
         self.callback_handler = CallbackHandler(

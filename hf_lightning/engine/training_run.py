@@ -20,6 +20,7 @@ import hf_lightning.engine.schedule as schedule
 from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.callbacks import TrainerState
 from hf_lightning.checkpoint.resume import Resumer
+from hf_lightning.core.blocked_time import blocked_by
 from hf_lightning.core.devices import empty_device_cache, is_out_of_memory
 from hf_lightning.core.outputs import TrainOutput
 from hf_lightning.core.protocols import TrainerLike
@@ -30,6 +31,7 @@ from hf_lightning.engine.logging_connector import LoggingConnector
 from hf_lightning.engine.module import HFLightningModule
 from hf_lightning.engine.signals import SignalScope, keyboard_interrupt_of
 from hf_lightning.engine.special_tokens import align_special_tokens
+from hf_lightning.engine.telemetry.flops import begin_measuring
 from hf_lightning.engine.training_banner import log_training_banner
 from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.loggers import publish_run_texts
@@ -205,7 +207,8 @@ class TrainingRun:
         finally:
             self.fitting = False
             # A background checkpoint write is committed (or its failure raised) before train() goes on.
-            self.checkpointing.wait_for_pending_write(raise_failure=not failed)
+            with blocked_by(trainer, "checkpoint"):
+                self.checkpointing.wait_for_pending_write(raise_failure=not failed)
         return self._finalize()
 
     def _finalize(self) -> TrainOutput:
@@ -228,7 +231,10 @@ class TrainingRun:
             trainer._load_best_model()
         self.checkpointing.rotate_at_train_end(trainer._trial)
         trainer._fire("on_train_end")
-        trainer._finish_current_push()  # the background Hub pushes of this run (integrations/hub.py)
+        with blocked_by(trainer, "hub"):
+            trainer._finish_current_push()  # the background Hub pushes of this run (integrations/hub.py)
+        if trainer._telemetry is not None:  # the run's summary: printed, and run_performance.json
+            trainer._telemetry.finish_training()
         return TrainOutput(trainer.state.global_step, train_loss, metrics)
 
 
@@ -294,6 +300,8 @@ class _TrainBeginBridge(pl.Callback):
             logger.log_hyperparams(facade.args.to_sanitized_dict())
             publish_run_texts(logger, facade.args, facade.model)
         facade._fire("on_train_begin")
+        if facade._telemetry is not None:  # measuring starts with the first step (engine/telemetry/)
+            begin_measuring(facade._telemetry, facade, lightning_trainer, time.time() - run.start_time)
         if facade.plan.evaluation.on_start:
             facade._evaluate(run.trial, run.ignore_keys_for_eval, skip_scheduler=True)  # before any step
         # Lightning calls every callback on every batch, and this one is done. Rebinding the list (rather than

@@ -118,6 +118,9 @@ class EvaluationLoop:
             streaming.reset()
             keep_results = description == "Prediction"
 
+        # The telemetry's count of this pass's samples and tokens (engine/telemetry/meter.py), None when not measured.
+        telemetry = getattr(trainer, "_telemetry", None)
+        measured = None if telemetry is None or telemetry.current_pass is None else telemetry.current_pass.counter
         self.iterating = True  # `trainer.accelerator.gradient_state` reports this loop's dataloader meanwhile
         try:
             with autocast_forward(model, args.device.type, trainer._mixed_precision_dtype()):
@@ -127,6 +130,8 @@ class EvaluationLoop:
                     self.on_last_batch = is_last_batch
                     if is_last_batch:
                         self.last_batch_remainder = last_batch_remainder(dataloader, inputs, self.replicas())
+                    if measured is not None:
+                        measured.count(inputs)
                     observed_batch_size = find_batch_size(inputs)
                     if observed_batch_size is not None:
                         observed_num_examples += observed_batch_size

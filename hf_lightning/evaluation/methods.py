@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hf_lightning.core.blocked_time import blocked_by
 from hf_lightning.core.devices import is_out_of_memory
 from hf_lightning.core.outputs import EvalLoopOutput, PredictionOutput
 from hf_lightning.evaluation.helpers import is_metric_driven_scheduler, nested_detach, speed_metrics
@@ -78,24 +79,29 @@ class EvaluationMixin:
                 metrics.update(dataset_metrics)
             return metrics
 
-        self._memory_tracker.start()
+        with blocked_by(self, "evaluation"):  # the telemetry's evaluation share of a training run
+            self._memory_tracker.start()
 
-        eval_dataloader = self.get_eval_dataloader(eval_dataset)
-        start_time = time.time()
-        output = self.evaluation_loop(
-            eval_dataloader,
-            description="Evaluation",
-            # No point gathering predictions without metrics; otherwise `plan.evaluation.prediction_loss_only` decides.
-            prediction_loss_only=True if self.compute_metrics is None else None,
-            ignore_keys=ignore_keys,
-            metric_key_prefix=metric_key_prefix,
-        )
-        self._add_speed_metrics(output, metric_key_prefix, start_time)
+            eval_dataloader = self.get_eval_dataloader(eval_dataset)
+            start_time = time.time()
+            measured = _begin_pass(self, "evaluate", metric_key_prefix)
+            output = self.evaluation_loop(
+                eval_dataloader,
+                description="Evaluation",
+                # No point gathering predictions without metrics; otherwise
+                # `plan.evaluation.prediction_loss_only` decides.
+                prediction_loss_only=True if self.compute_metrics is None else None,
+                ignore_keys=ignore_keys,
+                metric_key_prefix=metric_key_prefix,
+            )
+            self._add_speed_metrics(output, metric_key_prefix, start_time)
+            if measured is not None:  # samples/s and tokens/s (engine/telemetry/meter.py)
+                self._telemetry.end_pass(measured, output.metrics, output.num_samples)
 
-        self.log(output.metrics)
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, output.metrics)
-        self._memory_tracker.stop_and_update_metrics(output.metrics)
-        return output.metrics
+            self.log(output.metrics)
+            self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, output.metrics)
+            self._memory_tracker.stop_and_update_metrics(output.metrics)
+            return output.metrics
 
     def predict(
         self, test_dataset: Any, ignore_keys: list[str] | None = None, metric_key_prefix: str = "test"
@@ -106,26 +112,30 @@ class EvaluationMixin:
         Predictions of different widths are padded with -100 on dim 1.
         """
         self._read_changed_arguments()
-        self._memory_tracker.start()
+        with blocked_by(self, "evaluation"):  # the telemetry's evaluation share of a training run
+            self._memory_tracker.start()
 
-        test_dataloader = self.get_test_dataloader(test_dataset)
-        start_time = time.time()
-        output = self.evaluation_loop(
-            test_dataloader,
-            description="Prediction",
-            ignore_keys=ignore_keys,
-            metric_key_prefix=metric_key_prefix,
-        )
-        self._add_speed_metrics(output, metric_key_prefix, start_time)
+            test_dataloader = self.get_test_dataloader(test_dataset)
+            start_time = time.time()
+            measured = _begin_pass(self, "predict", metric_key_prefix)
+            output = self.evaluation_loop(
+                test_dataloader,
+                description="Prediction",
+                ignore_keys=ignore_keys,
+                metric_key_prefix=metric_key_prefix,
+            )
+            self._add_speed_metrics(output, metric_key_prefix, start_time)
+            if measured is not None:  # samples/s and tokens/s (engine/telemetry/meter.py)
+                self._telemetry.end_pass(measured, output.metrics, output.num_samples)
 
-        self.control = self.callback_handler.on_predict(self.args, self.state, self.control, output.metrics)
-        publish_predict_metrics(
-            self._current_loggers(), output.metrics, self.state.global_step, self.state.epoch
-        )
-        self._memory_tracker.stop_and_update_metrics(output.metrics)
-        return PredictionOutput(
-            predictions=output.predictions, label_ids=output.label_ids, metrics=output.metrics
-        )
+            self.control = self.callback_handler.on_predict(self.args, self.state, self.control, output.metrics)
+            publish_predict_metrics(
+                self._current_loggers(), output.metrics, self.state.global_step, self.state.epoch
+            )
+            self._memory_tracker.stop_and_update_metrics(output.metrics)
+            return PredictionOutput(
+                predictions=output.predictions, label_ids=output.label_ids, metrics=output.metrics
+            )
 
     def evaluation_loop(
         self,
@@ -279,3 +289,9 @@ class EvaluationMixin:
                 num_steps=math.ceil(output.num_samples / total_batch_size),
             )
         )
+
+
+def _begin_pass(trainer: Any, kind: str, prefix: str) -> Any:
+    """The telemetry's measurement of this evaluate() / predict() call (its loop counts the batches), None when off."""
+    telemetry = getattr(trainer, "_telemetry", None)
+    return None if telemetry is None else telemetry.begin_pass(kind, prefix)

@@ -48,13 +48,16 @@ _REFERENCE_IGNORE_PATTERNS = ("_*", "checkpoint-*")
 # Ours: the scratch folders of an atomic save (`.checkpoint-N.tmp-*`, `.old-*`, `.deleting-*`) and the temporary
 # file `save_state()` renames into place, which a background push overlapping a save would otherwise see.
 _SCRATCH_PATTERNS = (".checkpoint-*", "*.tmp-*")
+# The telemetry's summary of the run (engine/telemetry/meter.py `SUMMARY_NAME`): a local report, so the Hub's tree
+# stays the reference's.
+_LOCAL_REPORTS = ("run_performance.json",)
 
 
 def push_ignore_patterns(checkpoint: bool) -> list[str]:
     """What a push leaves out: of `output_dir` (the reference's patterns and our scratch), or of a checkpoint."""
     if checkpoint:
         return [COMPLETE_MARKER_NAME, *_SCRATCH_PATTERNS]
-    return [*_REFERENCE_IGNORE_PATTERNS, *_SCRATCH_PATTERNS]
+    return [*_REFERENCE_IGNORE_PATTERNS, *_SCRATCH_PATTERNS, *_LOCAL_REPORTS]
 
 
 class PushInProgress:

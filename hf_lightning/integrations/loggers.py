@@ -3,7 +3,7 @@ each `log()` entry, `predict()`'s metrics and the run's texts published to them,
 (`integrations/logger_backends/`, after the reference's integration for it) says.
 
 The trainer sends through `publish_logs` (during and after `fit`), `publish_logs_before_training`,
-`publish_predict_metrics` and `publish_run_texts`; Lightning's loggers write on global rank 0 only.
+`publish_predict_metrics`, `publish_run_texts` and the telemetry's `publish_perf`; Lightning's loggers write on global rank 0 only.
 """
 
 from __future__ import annotations
@@ -58,6 +58,22 @@ def publish_predict_metrics(
     _on_rank_zero(
         pl_loggers, lambda pl_logger: backend_for(pl_logger).send_predict_metrics(pl_logger, metrics, step, epoch)
     )
+
+
+def publish_perf(
+    pl_loggers: list[Any], figures: Mapping[str, float], step: int, *, outside_fit: bool = False
+) -> None:
+    """Send the telemetry's figures (engine/telemetry/) to every logger as `perf/<name>` at `step`, beside the
+    reference's keys rather than through their `train/` rewrite (global rank 0). `outside_fit`: written out at
+    once, as no fit will finalise the loggers."""
+    metrics = {f"perf/{name}": float(value) for name, value in figures.items()}
+
+    def send(pl_logger: Any) -> None:
+        pl_logger.log_metrics(metrics, step=step)
+        if outside_fit:
+            pl_logger.save()
+
+    _on_rank_zero(pl_loggers, send)
 
 
 def publish_logs_before_training(pl_loggers: list[Any], logs: Mapping[str, Any], step: int) -> None:

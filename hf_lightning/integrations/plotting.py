@@ -1,5 +1,6 @@
 """Training curves from `trainer.state.log_history`: training loss, evaluation metrics and learning rate
-against the optimizer step.
+against the optimizer step; and where a run's time went, from its `run_performance.json` (the telemetry's
+summary, engine/telemetry/): throughput and MFU per logging window, and the window's time shares.
 
 matplotlib is optional (`pip install -e ".[plot]"` from a checkout, or `pip install matplotlib`) and imported
 on first use. Figures are built with matplotlib's object API on an Agg canvas, so nothing needs a display or touches pyplot's global
@@ -8,6 +9,7 @@ state; in Jupyter a returned figure is shown by the inline backend (`%matplotlib
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -131,3 +133,56 @@ def save_training_plot(
     path = os.path.join(os.fspath(output_dir), filename)
     figure.savefig(path, dpi=100)
     return path
+
+
+# The time shares of a telemetry window (engine/telemetry/figures.py), bottom to top of the stacked panel.
+_SHARES = ("data_wait", "optimizer", "evaluation", "checkpoint", "hub", "generation", "other")
+
+
+def _read_performance(performance: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:
+    """The summary itself, or read from a `run_performance.json` path or the `output_dir` holding one."""
+    if isinstance(performance, Mapping):
+        return performance
+    path = os.fspath(performance)
+    if os.path.isdir(path):
+        path = os.path.join(path, "run_performance.json")
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def plot_performance(performance: Mapping[str, Any] | str | os.PathLike[str]) -> Any:
+    """A matplotlib `Figure` of where a run's time went, from its telemetry summary (the dict, `run_performance.json`
+    or the `output_dir` holding it): tokens/s (else samples/s) per logging window with MFU on a twin axis where
+    known, and the window's wall time split into data wait, optimizer step, evaluation, checkpoint, Hub,
+    generation and the rest, stacked."""
+    figure_class, canvas_class = _require_matplotlib()
+    windows = list(_read_performance(performance).get("windows") or [])
+    if not windows:
+        raise ValueError(
+            "the summary has no logging window to plot: train with logging_steps smaller than the run, and the "
+            "telemetry on (it writes output_dir/run_performance.json)"
+        )
+    steps = [window["step"] for window in windows]
+    rate = "tokens_per_second" if all("tokens_per_second" in window for window in windows) else "samples_per_second"
+    figure = figure_class(figsize=(7.0, 5.2), layout="constrained")
+    canvas_class(figure)
+    throughput, shares = figure.subplots(2, 1, sharex=True)
+    throughput.plot(steps, [window[rate] for window in windows], marker="o", markersize=3, label=rate)
+    throughput.set_ylabel(rate.replace("_per_second", "/s"))
+    throughput.set_title("Throughput per logging window")
+    throughput.grid(alpha=0.3)
+    if all("mfu" in window for window in windows):
+        twin = throughput.twinx()
+        twin.plot(steps, [window["mfu"] for window in windows], color="tab:red", marker="s", markersize=3,
+                  label="mfu")
+        twin.set_ylabel("MFU")
+    present = [name for name in _SHARES if any(f"{name}_share" in window for window in windows)]
+    shares.stackplot(
+        steps, *[[window.get(f"{name}_share", 0.0) for window in windows] for name in present], labels=present
+    )
+    shares.set_ylim(0, 1)
+    shares.set_ylabel("share of wall time")
+    shares.set_xlabel("step")
+    shares.set_title("Where the time went")
+    shares.legend(loc="upper left", fontsize="small", ncols=min(len(present), 4))
+    return figure

@@ -10,6 +10,7 @@ from __future__ import annotations
 import trl
 
 from hf_lightning.adapted.registry import on_lightning
+from hf_lightning.core.blocked_time import blocked_by
 from hf_lightning.trl.stock_configs import accepting_stock_configs
 
 # Each trainer with its config, and whether TRL's __init__ turns a transformers TrainingArguments into that config.
@@ -33,3 +34,22 @@ for _trainer, _config, _converts in _PAIRS:
             _ours.__init__, _trainer.__name__, _config, BUILT[_config.__name__], _converts
         )
         _ours.__init__._accepts_stock_configs = True
+
+
+def _timed_generation(generate):
+    """GRPO / RLOO's `_generate` (the completions of a batch's prompts, inside the training step), its time counted
+    as the telemetry's generation share (engine/telemetry/)."""
+
+    def _generate(self, *args, **kwargs):
+        with blocked_by(self, "generation"):
+            return generate(self, *args, **kwargs)
+
+    _generate.__wrapped__ = generate
+    _generate._times_generation = True
+    return _generate
+
+
+for _name in ("GRPOTrainer", "RLOOTrainer"):
+    _ours = BUILT[_name]
+    if not getattr(_ours._generate, "_times_generation", False):  # once per process (the class is shared)
+        _ours._generate = _timed_generation(_ours._generate)

@@ -75,7 +75,7 @@ def assert_same_weights(ours: dict[str, torch.Tensor], stock: dict[str, torch.Te
 
 
 def output_files(out_dir: Path) -> dict[str, Any]:
-    """Every file under `out_dir` (our marker left out) -> comparable content: JSON parsed (timings dropped, the
+    """Every file under `out_dir` (our marker and run summary left out) -> comparable content: JSON parsed (timings dropped, the
     folder's own path replaced by a placeholder),
     safetensors / torch files as tensors, the model card without its timing lines, anything else as bytes."""
     from safetensors.torch import load_file
@@ -83,7 +83,9 @@ def output_files(out_dir: Path) -> dict[str, Any]:
     from hf_lightning.core.checkpoint_files import safe_torch_load
 
     files: dict[str, Any] = {}
-    for path in sorted(p for p in out_dir.rglob("*") if p.is_file() and p.name != OUR_MARKER):
+    # Ours also holds the telemetry's summary, run_performance.json (docs/divergences.md).
+    ours_only = (OUR_MARKER, "run_performance.json")
+    for path in sorted(p for p in out_dir.rglob("*") if p.is_file() and p.name not in ours_only):
         key = str(path.relative_to(out_dir))
         if path.suffix == ".json":
             files[key] = _without_timings(json.loads(path.read_text().replace(str(out_dir), "<output_dir>")))

@@ -176,3 +176,15 @@ def test_html_equals_the_reference_callback(tmp_path, monkeypatch, settings):
     # The reference's quirk, kept: on_evaluate strips speed keys and epoch from the dict evaluate() returns.
     assert "eval_loss" in metrics and "eval_runtime" not in metrics and "epoch" not in metrics
     assert f"<td>{metrics['eval_loss']:.6f}</td>" in _table(mine[2].updates[-1])
+
+
+def test_the_training_table_shows_the_telemetrys_last_window(tmp_path, monkeypatch):
+    fake = _fake_ipython(monkeypatch)
+    monkeypatch.setattr(notebook.NotebookProgressBar, "update_every", 0.0)
+    trainer = _trainer(tmp_path, max_steps=4, logging_steps=2, disable_tqdm=False)
+    assert any(isinstance(cb, NotebookProgressCallback) for cb in trainer.callback_handler.callbacks)
+    trainer.train()
+    updates = fake.handles[0].updates
+    # From the step after the first window on, the comment holds its throughput (samples/s: no tokens here).
+    assert any("Epoch" in html and "samples/s=" in html for html in updates)
+    assert "samples/s=" not in updates[0]

@@ -49,7 +49,10 @@ TIMINGS = ("runtime", "per_second")  # wall-clock speed metrics differ from run 
 
 
 def _without_timings(metrics: dict) -> dict:
-    return {k: float(v) for k, v in metrics.items() if not any(word in k for word in TIMINGS)}
+    """The metrics whose values do not depend on the clock (the telemetry's `perf/` figures all do, or may)."""
+    return {
+        k: float(v) for k, v in metrics.items() if not k.startswith("perf/") and not any(word in k for word in TIMINGS)
+    }
 
 
 class RecordingLogger(Logger):

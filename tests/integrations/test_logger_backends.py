@@ -44,7 +44,7 @@ SUMMARY_ONLY = (
 )
 
 
-def _train(tmp_path, report_to, compute_metrics=None, **kwargs):
+def _train(tmp_path, report_to, compute_metrics=None, telemetry=False, **kwargs):
     """4 updates, a log at each, evaluations at steps 2 and 4, then one more evaluation after `train()`."""
     args = TrainingArguments(
         output_dir=str(tmp_path / "out"),
@@ -68,6 +68,9 @@ def _train(tmp_path, report_to, compute_metrics=None, **kwargs):
         train_dataset=regression_data(8),
         eval_dataset=regression_data(4, seed=1),
         compute_metrics=compute_metrics,
+        # These tests hold each backend to the reference's keys and rows; the telemetry's perf/ figures, which
+        # go to the same loggers, are checked in `test_the_telemetry_figures_reach_the_backends_under_perf`.
+        telemetry=telemetry,
     )
     trainer.train()
     trainer.evaluate()  # logged after fit: the loggers must still receive it
@@ -148,6 +151,21 @@ def test_tensorboard_and_csv_hold_the_log_history(tmp_path):
                 from_csv[key].append((int(row["step"]), float(value)))
     _assert_series_equal(dict(from_csv), expected)  # CSV keeps full precision
     _assert_no_secret(str(tmp_path / "out"))
+
+
+def test_the_telemetry_figures_reach_the_backends_under_perf(tmp_path):
+    """With the telemetry on (the default), each logging window's figures and each evaluation's reach TensorBoard
+    and CSV as `perf/<name>` at their step, beside the reference's keys, which are unchanged."""
+    trainer = _train(tmp_path, ["tensorboard", "csv"], telemetry=True)
+    expected = _expected_series(trainer.state.log_history, reference_rewrite_logs)
+    for series in _tensorboard_and_csv_series(tmp_path / "out"):
+        perf = {key: value for key, value in series.items() if key.startswith("perf/")}
+        assert [step for step, _ in perf["perf/samples_per_second"]] == [1, 2, 3, 4]
+        assert [step for step, _ in perf["perf/data_wait_share"]] == [1, 2, 3, 4]
+        assert [step for step, _ in perf["perf/eval_samples_per_second"]] == [2, 4, 4]
+        assert all(value > 0 for _, value in perf["perf/samples_per_second"])
+        reference_keys = {key: value for key, value in series.items() if not key.startswith("perf/")}
+        assert set(reference_keys) == set(expected)
 
 
 def _tensorboard_and_csv_series(out_dir):
@@ -259,6 +277,7 @@ def test_evaluate_before_train_reaches_the_same_runs_as_training(tmp_path, monke
         args=args,
         train_dataset=regression_data(8),
         eval_dataset=regression_data(4),
+        telemetry=False,  # the reference's rows only (the perf/ ones: the test after `_train`'s users)
     )
     before = trainer.evaluate()
     trainer.train()
@@ -290,6 +309,7 @@ def test_a_logger_override_also_receives_the_logs_from_before_train(tmp_path, ov
         args=args,
         train_dataset=regression_data(8),
         eval_dataset=regression_data(4),
+        telemetry=False,  # the reference's rows only
     )
     trainer.lightning_trainer_overrides = {"logger": False if override == "none" else mine}
     trainer.evaluate()

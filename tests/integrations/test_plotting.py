@@ -123,3 +123,28 @@ def test_missing_matplotlib_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
     with pytest.raises(ImportError, match=r'pip install -e "\.\[plot\]"'):
         plot_log_history([{"loss": 1.0, "step": 1}])
+
+
+def test_plot_performance_draws_each_window_from_run_performance_json(tmp_path):
+    from hf_lightning import Telemetry, plot_performance
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True,
+        per_device_train_batch_size=2, max_steps=6, logging_steps=2,
+    )
+    trainer = HFLightningTrainer(
+        model=make_regression_mlp(), args=args, train_dataset=regression_data(12), telemetry=Telemetry(peak_flops=1e9)
+    )
+    trainer.train()
+    windows = trainer._telemetry.last_summary["windows"]
+    figure = plot_performance(tmp_path)  # the output_dir holding run_performance.json
+    lines = _lines(figure)
+    assert lines["samples_per_second"] == ([2, 4, 6], [window["samples_per_second"] for window in windows])
+    assert lines["mfu"] == ([2, 4, 6], [window["mfu"] for window in windows])
+    shares = figure.axes[1]
+    assert [text.get_text() for text in shares.get_legend().get_texts()] == [
+        "data_wait", "optimizer", "evaluation", "checkpoint", "hub", "other"
+    ]
+    assert len(shares.collections) == 6  # one stacked band per part
+    with pytest.raises(ValueError, match="no logging window"):
+        plot_performance({"windows": []})

@@ -10,9 +10,13 @@ from typing import Any
 
 def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
     """The reference's key rewrite for trackers: `eval_x` -> `eval/x`, `test_x` -> `test/x`,
-    anything else -> `train/x`."""
+    anything else -> `train/x`; but `perf/x`, the telemetry's figures (engine/telemetry/), stays `perf/x`, the key
+    they have when not in the log entry (docs/divergences.md)."""
     rewritten = {}
     for key, value in logs.items():
+        if key.startswith("perf/"):
+            rewritten[key] = value
+            continue
         for prefix in ("eval_", "test_"):
             if key.startswith(prefix):
                 rewritten[prefix[:-1] + "/" + key[len(prefix) :]] = value
