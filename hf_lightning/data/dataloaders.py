@@ -114,8 +114,8 @@ class HFDataLoader(DataLoader):
         """What a checkpoint at `global_step` keeps of this train loader, `batch` batches into pass `epoch` (None for a
         loader that records nothing). A pass already completed is the next one's start."""
         positions = self.positions
-        if positions is None:
-            return None
+        if positions is None or (positions.restore == "sampler" and not positions.stateful):
+            return None  # a map-style dataset read by index: trainer_state.json's step is its position, as the reference's
         if self.iteration > epoch:  # the pass ended and its end was counted (an epoch-end save)
             return positions.record(global_step=global_step, epoch=self.iteration, batch=0, end_of_epoch=False)
         return positions.record(global_step=global_step, epoch=epoch, batch=batch, end_of_epoch=self.end_of_dataloader)

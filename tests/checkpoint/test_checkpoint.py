@@ -34,7 +34,6 @@ from hf_lightning.checkpoint.saving import (
     training_args_to_plain_dict,
 )
 from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME, numpy_safe_globals
-from hf_lightning.data.position_files import DATA_POSITION_NAME
 from hf_lightning.translation.translate import translate
 from tests.models import make_regression_mlp, regression_data
 
@@ -951,8 +950,7 @@ def test_facade_run_writes_the_reference_folders(tmp_path, monkeypatch):
     assert sides["ours"][-1] == ["checkpoint-6", "checkpoint-7"]
     for folder in ("checkpoint-6", "checkpoint-7"):
         ours, reference = tmp_path / "ours" / folder, tmp_path / "reference" / folder
-        # Ours adds the completion marker and where the train data stood (data/position_files.py).
-        assert listing(ours) == sorted(listing(reference) + [COMPLETE_MARKER_NAME, DATA_POSITION_NAME])
+        assert listing(ours) == sorted(listing(reference) + [COMPLETE_MARKER_NAME])
         assert is_complete_checkpoint(str(ours))
         stored_args = torch.load(ours / "training_args.bin", weights_only=True)
         assert stored_args == trainer_args["ours"].to_dict()

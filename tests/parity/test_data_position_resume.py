@@ -359,7 +359,7 @@ def test_out_of_order_workers_are_said_to_be_inexact_before_training(tmp_path, c
     with caplog.at_level("WARNING", logger="hf_lightning.checkpoint.data_resume"):
         train("ours", tmp_path / "b", PositionedStream(items), resume=True, stop_at=4, make_model=DropoutMLP,
               **settings)  # fmt: skip
-    said = [record.getMessage() for record in caplog.records]
+    said = [record.getMessage() for record in caplog.records if record.name == "hf_lightning.checkpoint.data_resume"]
     assert len(said) == 1 and "PositionedStream" in said[0] and "dataloader_in_order=False" in said[0], said
     assert "cannot be resumed exactly" in said[0]
 
@@ -398,6 +398,6 @@ def test_persistent_workers_resumed_at_a_pass_start_are_said_to_differ(tmp_path,
     train("ours", tmp_path / "b", regression_data(12), stop_at=6, make_model=DropoutMLP, **settings)
     with caplog.at_level("WARNING", logger="hf_lightning.checkpoint.data_resume"):
         train("ours", tmp_path / "b", regression_data(12), resume=True, stop_at=7, make_model=DropoutMLP, **settings)
-    said = [record.getMessage() for record in caplog.records]
+    said = [record.getMessage() for record in caplog.records if record.name == "hf_lightning.checkpoint.data_resume"]
     assert len(said) == 1 and "start of pass 1" in said[0] and "ListDataset" in said[0], said
     assert "dataloader_persistent_workers=True" in said[0]

@@ -18,6 +18,8 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 _TIMING_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "step_time")
 # Ours holds one more file per checkpoint, the completion marker of the atomic save (docs/divergences.md).
 _OUR_MARKER = "hf_lightning_complete.json"
+# And, with a collator that may draw random numbers (TRL's), where the train data stood (data/position_files.py).
+_OUR_DATA = "hf_lightning_data_"
 
 BASE_FIELDS: dict[str, Any] = dict(
     use_cpu=True, report_to="none", max_steps=4, logging_steps=1, per_device_train_batch_size=4, save_steps=2,
@@ -51,9 +53,9 @@ def config_class(side: str, config: str) -> type:
 
 
 def checkpoint_files(out_dir: Path) -> dict[str, list[str]]:
-    """checkpoint-N -> its sorted file names (our completion marker left out)."""
+    """checkpoint-N -> its sorted file names (our completion marker and data-position files left out)."""
     return {
-        folder.name: sorted(p.name for p in folder.iterdir() if p.name != _OUR_MARKER)
+        folder.name: sorted(p.name for p in folder.iterdir() if p.name != _OUR_MARKER and not p.name.startswith(_OUR_DATA))
         for folder in sorted(out_dir.glob("checkpoint-*"))
     }
 
