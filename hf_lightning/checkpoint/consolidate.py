@@ -20,16 +20,18 @@ from hf_lightning.core.checkpoint_files import (
     TRAINER_STATE_NAME,
     TRAINING_ARGS_NAME,
 )
-from hf_lightning.data.dataset_position import DATASET_POSITION_NAME
+from hf_lightning.data.position_files import DATA_POSITION_NAME
 from hf_lightning.strategies.portable_state import read_full_model_state
 
 logger = logging.getLogger(__name__)
 
 # What a checkpoint holds for resuming (or as weights we rewrite), never copied into the model folder.
 _STATE_FILES = frozenset(
-    {COMPLETE_MARKER_NAME, SCHEDULER_NAME, SCALER_NAME, TRAINER_STATE_NAME, TRAINING_ARGS_NAME, DATASET_POSITION_NAME}
+    {COMPLETE_MARKER_NAME, SCHEDULER_NAME, SCALER_NAME, TRAINER_STATE_NAME, TRAINING_ARGS_NAME, DATA_POSITION_NAME}
 )
-_STATE_PREFIXES = ("optimizer", "rng_state", "pytorch_model", "model.safetensors", "model-0", "global_step")
+_STATE_PREFIXES = (
+    "optimizer", "rng_state", "pytorch_model", "model.safetensors", "model-0", "global_step", "hf_lightning_data_state",
+)  # fmt: skip
 
 
 def default_output_dir(checkpoint: str) -> str:
