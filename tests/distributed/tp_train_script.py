@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 from tests.distributed.launching import checkpoint_listing  # noqa: E402
-from tests.models import padded_lm_data  # noqa: E402
+from tests.models import make_tiny_llama, padded_lm_data  # noqa: E402
 
 VOCAB = 64
 COMMON = dict(
@@ -36,28 +36,6 @@ COMMON = dict(
     report_to="none",
     disable_tqdm=True,
 )
-
-
-def make_tiny_llama(seed: int = 0, tied: bool = False):
-    """A two-layer Llama (transformers defines its tensor-parallel plan, `base_model_tp_plan`)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=tied,
-    )
-    return LlamaForCausalLM(config)
 
 
 def count_predictions(prediction) -> dict:
