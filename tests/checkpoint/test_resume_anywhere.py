@@ -16,7 +16,6 @@ import json
 import os
 import random
 import signal
-import time
 
 import datasets
 import pytest
@@ -24,6 +23,7 @@ import torch
 
 from hf_lightning import TrainingArguments
 from hf_lightning.engine.trainer import HFLightningTrainer
+from tests.checkpoint.forked_kill import run_in_killed_child
 from tests.models import DropoutMLP, regression_data
 
 ITEMS = 12  # batch 2: 6 micro-batches per pass; accumulation 2: 3 updates per pass
@@ -139,22 +139,11 @@ def step_logs(trainer) -> list[dict]:
 
 def killed_child(kind: str, run_dir, *, workers: int, kill_at: int) -> int:
     """Train from scratch in a forked child that SIGKILLs itself in forward pass `kill_at`; its wait status."""
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the child
-        try:
-            torch.set_num_threads(1)  # the parent's OpenMP team does not exist in a forked child
-            train(kind, run_dir, workers=workers, kill_at=kill_at)
-        finally:
-            os._exit(0)  # reached only when the kill point was not
-    deadline = time.monotonic() + CHILD_TIMEOUT_S
-    while time.monotonic() < deadline:
-        pid, status = os.waitpid(child, os.WNOHANG)
-        if pid:
-            return status
-        time.sleep(0.01)
-    os.kill(child, signal.SIGKILL)
-    os.waitpid(child, 0)
-    pytest.fail(f"the child killed at forward {kill_at} hung for {CHILD_TIMEOUT_S} s")
+    return run_in_killed_child(
+        lambda: train(kind, run_dir, workers=workers, kill_at=kill_at),
+        timeout_s=CHILD_TIMEOUT_S,
+        what=f"forward {kill_at}",
+    )
 
 
 def kill_points(case: str) -> list[int]:

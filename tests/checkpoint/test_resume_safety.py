@@ -13,7 +13,6 @@ import pickle
 import re
 import shutil
 import signal
-import time
 
 import pytest
 import torch
@@ -32,6 +31,7 @@ from hf_lightning.core.checkpoint_files import (
 )
 from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.checkpoint.chosen_checkpoints import record_chosen_checkpoints
+from tests.checkpoint.forked_kill import run_in_killed_child
 from tests.models import DropoutMLP, regression_data
 
 
@@ -238,25 +238,12 @@ CHILD_TIMEOUT_S = 60
 
 def killed_child(run_dir, kill_at: str, asynchronous: bool = False) -> int:
     """Train from scratch in a forked child that SIGKILLs itself at `kill_at`; returns its wait status."""
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the child
-        try:
-            # The parent's OpenMP thread team does not exist in a forked child: a parallel region would wait for
-            # it forever. One thread gives the same results on these tiny tensors.
-            torch.set_num_threads(1)
-            os.environ[KILL_AT_ENV] = kill_at
-            train(run_dir, asynchronous=asynchronous)
-        finally:
-            os._exit(0)  # reached only when the kill point was not
-    deadline = time.monotonic() + CHILD_TIMEOUT_S
-    while time.monotonic() < deadline:
-        pid, status = os.waitpid(child, os.WNOHANG)
-        if pid:
-            return status
-        time.sleep(0.01)
-    os.kill(child, signal.SIGKILL)  # a hung child fails the test instead of blocking the suite
-    os.waitpid(child, 0)
-    pytest.fail(f"the child killed at {kill_at} hung for {CHILD_TIMEOUT_S} s")
+
+    def train_until_killed() -> None:
+        os.environ[KILL_AT_ENV] = kill_at
+        train(run_dir, asynchronous=asynchronous)
+
+    return run_in_killed_child(train_until_killed, timeout_s=CHILD_TIMEOUT_S, what=kill_at)
 
 
 @pytest.mark.slow
