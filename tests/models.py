@@ -78,14 +78,14 @@ def make_regression_mlp(seed: int = 0) -> RegressionMLP:
     return RegressionMLP()
 
 
-def make_tiny_bert_classifier(seed: int = 0, num_labels: int = 2):
-    from transformers import BertConfig, BertForSequenceClassification
+def _tiny_bert_config(num_hidden_layers: int, num_labels: int):
+    """The tiny BERT both classifiers share: vocabulary 64, width 16, no dropout."""
+    from transformers import BertConfig
 
-    torch.manual_seed(seed)
-    config = BertConfig(
+    return BertConfig(
         vocab_size=64,
         hidden_size=16,
-        num_hidden_layers=2,
+        num_hidden_layers=num_hidden_layers,
         num_attention_heads=2,
         intermediate_size=32,
         max_position_embeddings=32,
@@ -93,7 +93,13 @@ def make_tiny_bert_classifier(seed: int = 0, num_labels: int = 2):
         attention_probs_dropout_prob=0.0,
         num_labels=num_labels,
     )
-    return BertForSequenceClassification(config)
+
+
+def make_tiny_bert_classifier(seed: int = 0, num_labels: int = 2):
+    from transformers import BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    return BertForSequenceClassification(_tiny_bert_config(2, num_labels))
 
 
 def classification_data(n: int = 12, seq_len: int = 8, seed: int = 0, vocab: int = 64) -> ListDataset:
@@ -139,21 +145,10 @@ def padded_lm_data(n: int = 12, max_len: int = 10, seed: int = 0, vocab: int = 6
 
 
 def make_tiny_bert_token_classifier(seed: int = 0, num_labels: int = 3):
-    from transformers import BertConfig, BertForTokenClassification
+    from transformers import BertForTokenClassification
 
     torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=64,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        num_labels=num_labels,
-    )
-    return BertForTokenClassification(config)
+    return BertForTokenClassification(_tiny_bert_config(1, num_labels))
 
 
 def token_classification_data(
