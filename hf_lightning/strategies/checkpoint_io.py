@@ -86,9 +86,10 @@ class StrategyCheckpointIO:
 
     def check_resumable(self, trainer: Any, checkpoint: str) -> None:
         """Before anything is read: refuse a folder this strategy cannot resume from (ValueError naming it). Any
-        layout we write resumes here (strategies/portable_state.py); DeepSpeed's engine folders do not."""
+        layout we write resumes here (strategies/portable_state.py), a PEFT run's adapter-only folder too (loaded into
+        the model's active adapter by `load_weights`); DeepSpeed's engine folders do not."""
         refuse_deepspeed_checkpoint(checkpoint)
-        if not has_model_state(checkpoint):
+        if not (weights_files_present(checkpoint) or has_model_state(checkpoint)):
             raise ValueError(f"Can't find a valid checkpoint at {checkpoint}")
 
     def optimizer_files(self, checkpoint: str) -> list[str]:
