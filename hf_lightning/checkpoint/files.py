@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Callable, Collection, Iterator
 
 from hf_lightning.checkpoint.durability import fsync_directory
+from hf_lightning.checkpoint.run_lock import live_scratch_tokens
 from hf_lightning.core.checkpoint_files import (
     ADAPTER_SAFE_WEIGHTS_NAME,
     ADAPTER_WEIGHTS_NAME,
@@ -482,18 +483,29 @@ def rotate_checkpoints(
     return doomed
 
 
-def clean_scratch_folders(run_dir: str, token: str) -> list[str]:
-    """Tidy scratch folders left by saves of other (killed) processes; this save's own (same token) stay.
+def clean_scratch_folders(run_dir: str, token: str, own_too: bool = False) -> list[str]:
+    """Tidy scratch folders left by saves of killed processes. This save's own (same `token`) stay unless
+    `own_too` (a failed save clears its own); those of every other live run writing into `run_dir` always stay
+    (checkpoint/run_lock.py), so two runs in one folder never delete each other's work in progress.
 
     A killed replacement can leave the old `checkpoint-N` moved aside with no `checkpoint-N` in its place: a
     complete aside folder is renamed back. Everything else (temporaries, half-deleted folders) is removed.
     Returns the scratch names handled.
     """
     handled = []
+    live = None
     for name in sorted(os.listdir(run_dir)):
         match = _SCRATCH_PATTERN.match(name)
-        if match is None or match.group(2) == token:
+        if match is None:
             continue
+        owner = match.group(2)
+        if owner == token and token:
+            if not own_too:
+                continue
+        else:
+            live = live_scratch_tokens(run_dir) if live is None else live
+            if owner in live:
+                continue
         path = os.path.join(run_dir, name)
         final_dir = os.path.join(run_dir, name[1:].split(".")[0])
         if match.group(1) == "old" and not os.path.exists(final_dir) and is_complete_checkpoint(path):

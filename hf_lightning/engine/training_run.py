@@ -98,6 +98,8 @@ class TrainingRun:
         trainer._hp_search_setup(self.trial)
         # A background checkpoint write of an earlier train() is committed before any checkpoint is chosen.
         self.checkpointing.wait_for_pending_write()
+        if args.should_save:  # before training: another live run writing into this folder is named
+            self.checkpointing.claim_run_dir(trainer._get_output_dir(trial=self.trial))
         try:
             with self.signals:
                 # Weights load before the optimizer exists, as the reference's train() does
@@ -108,6 +110,7 @@ class TrainingRun:
             report_interrupt(trainer, "train() interrupted (Ctrl+C)")  # where to resume from, then the interrupt
             raise
         finally:
+            self.checkpointing.release_run_dirs()
             if trainer.neftune_noise_alpha is not None and hasattr(trainer, "neftune_hook_handle"):
                 trainer._deactivate_neftune()
             trainer.is_in_train = False
