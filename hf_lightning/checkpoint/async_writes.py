@@ -6,9 +6,11 @@ into CPU memory, scheduler, scaler, RNG and trainer state as they are at that st
 writes the files from that copy, fsyncs them, writes the completion marker, renames the folder into place and
 rotates old checkpoints, the same atomic protocol and code as a synchronous save (`checkpoint/checkpointer.py`). A second
 save waits for the first; `train()` waits for a pending write before it resumes and before it returns, and
-re-raises a failed write there. `on_save` fires once the copy is taken, before the folder is committed. Under DDP
-every rank writes its own part (its RNG file) in its thread; the ranks then agree over a gloo group of their own
-that every part is durable before the saving rank commits.
+re-raises a failed write there. `on_save` fires on every process at the first step boundary after the folder is
+committed (checkpoint/checkpointer.py), with the trainer state of the save's step. Under DDP every rank writes its
+own part (its RNG file) in its thread; the ranks then agree over a gloo group of their own that every part is
+durable before the saving rank commits, and again once it has committed; the training threads agree over a second
+group on the step boundary where the commit is announced.
 """
 
 from __future__ import annotations
@@ -234,15 +236,17 @@ class BackgroundCheckpointWriter:
         self._failure: BaseException | None = None
         self._pending: tuple[Any, PendingSave] | None = None
         self._group: Any = None
+        self._announce_group: Any = None  # the training threads' own, for `all_finished`
+        self._finished = threading.Event()
 
     @property
     def pending(self) -> bool:
         """Whether a write was started and not yet waited for."""
         return self._thread is not None
 
-    def submit(self, facade: Any, save: PendingSave, checkpointer: Any) -> None:
+    def submit(self, facade: Any, save: PendingSave, checkpointer: Any) -> Any:
         """Copy the state now and write it in the background (after the previous write, waited for), with
-        `checkpointer`'s protocol (checkpoint/checkpointer.py). All ranks."""
+        `checkpointer`'s protocol (checkpoint/checkpointer.py); returns the copy. All ranks."""
         if not facade._checkpoint_io.supports_background_writes:
             raise ValueError(
                 "AsyncCheckpointIO in lightning_trainer_overrides['plugins'] supports single-process and DDP "
@@ -253,6 +257,7 @@ class BackgroundCheckpointWriter:
         view = snapshot_for_writing(facade)
         reach("snapshot")
         self._pending = (facade, save)
+        self._finished.clear()
         self._thread = threading.Thread(
             target=self._write, args=(checkpointer, view, save, group), name="hf_lightning-checkpoint-writer"
         )
@@ -261,6 +266,15 @@ class BackgroundCheckpointWriter:
             # The push reads the committed folder: wait for it, then push from the training thread.
             self.wait()
             facade._push_checkpoint(save.final_dir)
+        return view
+
+    def all_finished(self, collective: bool = True) -> bool:
+        """Whether the pending write has finished (committed or failed) on every rank; `collective`: agreed over the
+        training threads' gloo group, so every rank gets the same answer at the same step."""
+        finished = self._finished.is_set()
+        if collective and self._announce_group is not None:
+            return _all_ranks_agree(finished, self._announce_group)
+        return finished
 
     def wait(self) -> None:
         """Block until the pending write (if any) is committed; re-raise its failure on this thread."""
@@ -286,6 +300,7 @@ class BackgroundCheckpointWriter:
             import torch.distributed as dist
 
             self._group = dist.new_group(backend="gloo")
+            self._announce_group = dist.new_group(backend="gloo")
         return self._group
 
     def _write(self, checkpointer: Any, view: Any, save: PendingSave, group: Any) -> None:
@@ -309,14 +324,27 @@ class BackgroundCheckpointWriter:
                     ok = _all_ranks_agree(ok, group) and ok
             if not ok:
                 raise RuntimeError("another rank failed to write its part of the checkpoint")
-            if should_save:
-                checkpointer.commit(view, save.temporary_dir, save.final_dir, save.token)
-                checkpointer.rotate_after_save(view, save.run_dir, save.final_dir, save.token)
+            committed = True
+            try:
+                if should_save:
+                    checkpointer.commit(view, save.temporary_dir, save.final_dir, save.token)
+                    checkpointer.rotate_after_save(view, save.run_dir, save.final_dir, save.token)
+            except BaseException:
+                committed = False
+                raise
+            finally:
+                # Every rank's write finishes only once the saving rank has committed (or failed to).
+                if group is not None:
+                    committed = _all_ranks_agree(committed, group) and committed
+            if not committed:
+                raise RuntimeError("the saving rank failed to commit the checkpoint")
         except BaseException as failure:  # re-raised on the training thread by wait()
             self._failure = failure
             if should_save:
                 with contextlib.suppress(OSError):
                     clean_scratch_folders(save.run_dir, save.token, own_too=True)
+        finally:
+            self._finished.set()
 
 
 def _fsync_file(path: str) -> None:

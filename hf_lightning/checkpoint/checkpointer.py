@@ -53,16 +53,46 @@ class Checkpointer:
         self.trainer = trainer
         self.writer: BackgroundCheckpointWriter | None = None  # made by the first save of an async run
         self._run_locks: dict[str, str] = {}  # run folder -> this run's lock for it (checkpoint/run_lock.py)
+        self._submitted_state: Any = None  # the trainer state of a save just handed to the background writer
+        self._unannounced_state: Any = None  # ... whose on_save waits for the folder's commit
 
     # ---- one save -------------------------------------------------------------------------------------------
 
     def save_at_step_boundary(self, trial: Any) -> None:
-        """The step boundary's save: the trainer's overridable `_save_checkpoint`, then `on_save`."""
+        """The step boundary's save: the trainer's overridable `_save_checkpoint`, then `on_save` on every process once
+        the folder it announces is complete on disk. A background write's `on_save` waits for its commit
+        (`announce_committed_save`), with the trainer state of its step."""
         trainer = self.trainer
         # The time training stands still for the save (with AsyncCheckpointIO: the copy off the device).
         with blocked_by(trainer, "checkpoint"):
+            self._submitted_state = None
             trainer._save_checkpoint(trainer.model, trial)
-            trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+            submitted, self._submitted_state = self._submitted_state, None
+            if submitted is not None and self.writer is not None and self.writer.pending:
+                self._unannounced_state = submitted
+                trainer.control.should_save = False  # this step's save is done (what on_save's handler resets)
+                return
+            # Committed already (synchronous, or a background write a Hub push waited for).
+            state = trainer.state if submitted is None else submitted
+            trainer.control = trainer.callback_handler.on_save(trainer.args, state, trainer.control)
+
+    def announce_committed_save(self, collective: bool = True) -> None:
+        """`on_save` for a background write once it is committed on disk, on every process at the same step boundary
+        (one gloo all-reduce per step while a write is in flight under several processes; none otherwise). Called at
+        each step boundary and after each wait for the writer. `collective=False`: the writer was just waited for.
+        The save decision of the step in progress is kept: the save announced is an earlier one."""
+        if self._unannounced_state is None:
+            return
+        writer = self.writer
+        if writer is not None and writer.pending:
+            if not writer.all_finished(collective):
+                return
+            writer.wait()  # joins the finished thread; a failed write is raised here
+        trainer = self.trainer
+        state, self._unannounced_state = self._unannounced_state, None
+        should_save = trainer.control.should_save
+        trainer.control = trainer.callback_handler.on_save(trainer.args, state, trainer.control)
+        trainer.control.should_save = should_save or trainer.control.should_save
 
     def save(self, trial: Any) -> None:
         """Write `checkpoint-<global_step>` atomically, then rotate old checkpoints (CKPT-3.6). All ranks.
@@ -76,6 +106,7 @@ class Checkpointer:
         writer = self._background_writer()
         if writer is not None:
             writer.wait()  # a second save starts once the first is committed (its failure is raised here)
+            self.announce_committed_save(collective=False)
         if trainer.hp_search_backend is None and trial is None:
             trainer.store_flos()
         run_dir = trainer._get_output_dir(trial=trial)
@@ -94,7 +125,8 @@ class Checkpointer:
             barrier()
             self._update_best_model_checkpoint(run_dir, final_dir)
             if writer is not None:
-                writer.submit(trainer, PendingSave(run_dir, final_dir, temporary_dir, token, previous_best), self)
+                view = writer.submit(trainer, PendingSave(run_dir, final_dir, temporary_dir, token, previous_best), self)
+                self._submitted_state = view.state
                 return
             # A process whose filesystem holds no writer's scratch folder (another node's disk, no
             # save_on_each_node) writes its RNG file straight into checkpoint-N there, as the reference does.
@@ -119,6 +151,7 @@ class Checkpointer:
             trainer._push_checkpoint(final_dir)
         if should_save:
             self.rotate_after_save(trainer, run_dir, final_dir, token)
+        barrier()  # no process announces the folder (on_save) before the saving process has committed it
 
     def write_files(self, source: Any, temporary_dir: str, rng_dir: str | None = None) -> None:
         """Every file of one checkpoint into `temporary_dir` (model, optimizer, scheduler, scaler, RNG, state), through
@@ -240,9 +273,13 @@ class Checkpointer:
         try:
             self.writer.wait()
         except Exception:
+            self._unannounced_state = None
             if raise_failure:
                 raise
             logger.exception("A background checkpoint write failed while training was ending with an error.")
+        if raise_failure:
+            self.announce_committed_save(collective=False)
+        self._unannounced_state = None
 
 
 def _shared_token() -> str:

@@ -275,6 +275,7 @@ class TrainingStepMixin:
             is_new_best_metric = self._determine_best_metric(metrics=metrics, trial=run.trial)
             if enum_value(self.plan.checkpointing.save_strategy) == "best":
                 self.control.should_save = is_new_best_metric
+        run.checkpointing.announce_committed_save()  # a background write committed since: its on_save
         if self.control.should_save or run.signals.checkpoint_pending():
             run.checkpointing.save_at_step_boundary(run.trial)  # a SIGTERM checkpoint (enable_jit_checkpoint) whatever the save rule said
 
