@@ -71,6 +71,29 @@ class ResolvedDeepSpeedConfig:
     mismatches: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class DeepSpeedPluginView:
+    """What `args.deepspeed_plugin` tells of a DeepSpeed run (the reference sets accelerate's `DeepSpeedPlugin`):
+    TRL and PEFT read its `zero_stage` to decide how to build a model under ZeRO-3."""
+
+    deepspeed_config: dict[str, Any]
+
+    @property
+    def zero_stage(self) -> int:
+        return zero_stage(self.deepspeed_config)
+
+    @property
+    def hf_ds_config(self) -> Any:
+        return self
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.deepspeed_config
+
+    def is_zero3(self) -> bool:
+        return self.zero_stage == 3
+
+
 # ---------------------------------------------------------------- key access
 
 

@@ -26,7 +26,11 @@ from typing import Any
 
 from hf_lightning.args.accelerator_config import AcceleratorConfig, to_accelerator_config
 from hf_lightning.args.aliases import ALIAS_ATTRIBUTE_DEFAULTS, with_v4_aliases
-from hf_lightning.args.deepspeed_config import deepspeed_fill_at_construction, load_deepspeed_config
+from hf_lightning.args.deepspeed_config import (
+    DeepSpeedPluginView,
+    deepspeed_fill_at_construction,
+    load_deepspeed_config,
+)
 from hf_lightning.args.fields import TrainingArgumentsFields, convert_str_dict
 from hf_lightning.args.parallel import process_fsdp_args
 from hf_lightning.args.process import TrainingArgumentsProcess, mps_available, transformers_verbosity
@@ -246,6 +250,8 @@ class TrainingArguments(TrainingArgumentsSetters, TrainingArgumentsProcess, Trai
             config = load_deepspeed_config(self.deepspeed)
             self.deepspeed_mismatches = deepspeed_fill_at_construction(config, self)
             self.hf_deepspeed_config = config
+        # The reference's attribute, None without DeepSpeed: TRL's trainers read it whenever a peft_config is given.
+        self.deepspeed_plugin = DeepSpeedPluginView(self.hf_deepspeed_config) if self.hf_deepspeed_config else None
 
     # ----------------------------------------------------------------- serialisation
 

@@ -474,3 +474,33 @@ def test_refusals_name_the_field_and_the_fix(tmp_path, monkeypatch, config, argu
         translate(args, env)
     message = str(error.value)
     assert "deepspeed" in message and all(word in message for word in words), message
+
+
+def test_deepspeed_plugin_is_set_as_the_reference_sets_it():
+    """TRL's trainers read `args.deepspeed_plugin` (and its `zero_stage`) whenever a peft_config is given."""
+    import transformers
+
+    from hf_lightning import TrainingArguments
+
+    plain = dict(output_dir="unused", report_to="none", use_cpu=True)
+    assert transformers.TrainingArguments(**plain).deepspeed_plugin is None
+    assert TrainingArguments(**plain).deepspeed_plugin is None
+    ours = TrainingArguments(**plain, deepspeed={"zero_optimization": {"stage": 3}})
+    assert ours.deepspeed_plugin.zero_stage == 3 and ours.deepspeed_plugin.is_zero3()
+    assert ours.deepspeed_plugin.deepspeed_config is ours.hf_deepspeed_config
+
+
+def test_every_attribute_the_references_post_init_sets_exists_on_ours():
+    import dataclasses
+
+    import transformers
+
+    from hf_lightning import TrainingArguments
+
+    plain = dict(output_dir="unused", report_to="none", use_cpu=True)
+    reference, ours = transformers.TrainingArguments(**plain), TrainingArguments(**plain)
+    fields = {field.name for field in dataclasses.fields(reference)}
+    set_by_post_init = {name for name in vars(reference) if name not in fields}
+    # Private caches of accelerate's device set-up: ours has its `n_gpu` / `device` properties instead.
+    private = {"_n_gpu", "_setup_devices"}
+    assert sorted(name for name in set_by_post_init - private if not hasattr(ours, name)) == []
