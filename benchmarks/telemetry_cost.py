@@ -11,7 +11,7 @@ One process, one thread, pinned by the caller if wanted (`taskset -c 1 ...`). Th
 - `window_us_per_step`: what closing the logging windows (the device reads, the figures, the loggers) costs in a
   real run, timed around the meter's method and spread over the run's steps; one-offs beside it: `flops_ms`, the
   FLOP measurement on the meta device at the first micro-batch, and `run_end_ms`, the summary at the end of
-  `train()` (figures, the printed lines, run_performance.json written and fsynced);
+  `train()` (figures, the printed lines; run_performance.json only with `summary_file=True`);
 - `pair_ratio`: the run with the telemetry over the same run with `telemetry=False`, by steady-state CPU ms per step,
   per pair of back-to-back runs in this process (the order alternates), median (min-max).
 

@@ -236,7 +236,7 @@ class TrainingRun:
         trainer._fire("on_train_end")
         with blocked_by(trainer, "hub"):
             trainer._finish_current_push()  # the background Hub pushes of this run (integrations/hub.py)
-        if trainer._telemetry is not None:  # the run's summary: printed, and run_performance.json
+        if trainer._telemetry is not None:  # the run's summary: printed (run_performance.json when asked)
             trainer._telemetry.finish_training()
         return TrainOutput(trainer.state.global_step, train_loss, metrics)
 

@@ -160,7 +160,7 @@ def plot_performance(performance: Mapping[str, Any] | str | os.PathLike[str]) ->
     if not windows:
         raise ValueError(
             "the summary has no logging window to plot: train with logging_steps smaller than the run, and the "
-            "telemetry on (it writes output_dir/run_performance.json)"
+            "telemetry on (its summary is `Telemetry.summary`; `Telemetry(summary_file=True)` writes it to output_dir/run_performance.json)"
         )
     steps = [window["step"] for window in windows]
     rate = "tokens_per_second" if all("tokens_per_second" in window for window in windows) else "samples_per_second"

@@ -83,8 +83,7 @@ def output_files(out_dir: Path) -> dict[str, Any]:
     from hf_lightning.core.checkpoint_files import safe_torch_load
 
     files: dict[str, Any] = {}
-    # Ours also holds the telemetry's summary, run_performance.json (docs/divergences.md).
-    ours_only = (OUR_MARKER, "run_performance.json")
+    ours_only = (OUR_MARKER,)
     for path in sorted(p for p in out_dir.rglob("*") if p.is_file() and p.name not in ours_only):
         key = str(path.relative_to(out_dir))
         if path.suffix == ".json":

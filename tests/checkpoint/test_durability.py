@@ -156,4 +156,4 @@ def test_without_the_hint_nothing_runs_and_the_save_is_the_same(tmp_path, monkey
         assert not any(t.name == "hf_lightning-writeback" for t in threading.enumerate())
         start_writeback()
     train(tmp_path / "run")
-    assert sorted(os.listdir(tmp_path / "run")) == ["checkpoint-6", "checkpoint-8", "run_performance.json"]
+    assert sorted(os.listdir(tmp_path / "run")) == ["checkpoint-6", "checkpoint-8"]

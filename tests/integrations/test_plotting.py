@@ -133,11 +133,12 @@ def test_plot_performance_draws_each_window_from_run_performance_json(tmp_path):
         per_device_train_batch_size=2, max_steps=6, logging_steps=2,
     )
     trainer = HFLightningTrainer(
-        model=make_regression_mlp(), args=args, train_dataset=regression_data(12), telemetry=Telemetry(peak_flops=1e9)
+        model=make_regression_mlp(), args=args, train_dataset=regression_data(12), telemetry=Telemetry(peak_flops=1e9, summary_file=True),
     )
     trainer.train()
     windows = trainer._telemetry.last_summary["windows"]
-    figure = plot_performance(tmp_path)  # the output_dir holding run_performance.json
+    figure = plot_performance(tmp_path)  # the output_dir holding run_performance.json (summary_file=True)
+    assert _lines(plot_performance(trainer._telemetry.last_summary)) == _lines(figure)  # or the summary itself
     lines = _lines(figure)
     assert lines["samples_per_second"] == ([2, 4, 6], [window["samples_per_second"] for window in windows])
     assert lines["mfu"] == ([2, 4, 6], [window["mfu"] for window in windows])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 from tests.trl import harness, tiny
@@ -22,12 +21,12 @@ def test_grpo_generation_is_its_own_share(tmp_path):
         return generate(*args, **kwargs)
 
     model.generate = slow_generate
-    harness.run(
+    run = harness.run(
         "ours", tmp_path, Dataset.from_dict({"prompt": [q for q, _ in tiny._QA]}), trainer="GRPOTrainer",
         config="GRPOConfig", model=model, trainer_kwargs={"reward_funcs": reward_length}, max_steps=2,
         num_generations=2, max_completion_length=8, save_strategy="no",
     )
-    content = json.loads((tmp_path / "run_performance.json").read_text())
+    content = run.trainer._telemetry.last_summary
     generation = content["time_breakdown"]["generation"]
     assert calls and generation["seconds"] >= 0.1 * len(calls)
     assert generation["share"] > 0.1

@@ -3,7 +3,7 @@ included, and the YAML `trainer: callbacks:` list) or the trainer's `telemetry=`
 
 The measuring itself is the trainer's `TelemetryMeter` (engine/telemetry/meter.py), fed from inside the training
 step, so this callback overrides no batch hook and Lightning's loop calls nothing of it per step. After each
-`train()` its `summary` holds what `run_performance.json` holds.
+`train()` its `summary` holds the run's figures (what `summary_file=True` writes to `run_performance.json`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ class Telemetry(pl.Callback):
             `trainer_state.json`, printed logs) as `perf/<name>`, and tokens/s into evaluate()'s metrics.
         peak_flops: peak FLOP/s of one device, for MFU where Lightning knows none (a CPU, an unlisted GPU).
         progress_bar: show tokens/s (or samples/s) and MFU on the progress bar.
-        summary: print the end-of-run summary and write `output_dir/run_performance.json`.
+        summary: print the end-of-run summary.
+        summary_file: also write it to `output_dir/run_performance.json` (off: `output_dir` holds what the reference
+            writes); `Telemetry.summary` and `plot_performance(telemetry.summary)` read it without a file.
     """
 
     def __init__(
@@ -36,6 +38,7 @@ class Telemetry(pl.Callback):
         peak_flops: float | None = None,
         progress_bar: bool = True,
         summary: bool = True,
+        summary_file: bool = False,
     ) -> None:
         self.telemetry_settings = TelemetrySettings(
             enabled=enabled,
@@ -43,6 +46,7 @@ class Telemetry(pl.Callback):
             peak_flops=peak_flops,
             progress_bar=progress_bar,
             summary=summary,
+            summary_file=summary_file,
         )
-        # The last `train()`'s figures, as in run_performance.json (None before the first).
+        # The last `train()`'s figures, as run_performance.json holds them (None before the first).
         self.summary: dict[str, Any] | None = None

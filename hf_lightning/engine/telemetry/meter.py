@@ -4,7 +4,7 @@ Built with the trainer (the facade keeps it as `_telemetry`, None when switched 
 step feeds it (engine/module.py: the batch wait, each micro-batch's counts, the optimizer step; `blocked_by` around
 evaluation, saves, Hub pushes and generation); a step that logs closes a window (engine/logging_connector.py), whose
 figures go to the progress bar and to the Lightning loggers under `perf/` (or, when asked, into the log entry); the
-end of `train()` prints the run's summary and writes `output_dir/run_performance.json`. `evaluate()` and `predict()`
+end of `train()` prints the run's summary (and writes `output_dir/run_performance.json` when asked). `evaluate()` and `predict()`
 are measured as passes (samples/s, tokens/s). Nothing here changes what the reference writes unless
 `Telemetry(log_history=True)`.
 """
@@ -215,8 +215,8 @@ class TelemetryMeter:
         self.last_summary = content
         if self._holder is not None:
             self._holder.summary = content
+        path = self._write_summary(content) if self.settings.summary_file else None
         if self.settings.summary:
-            path = self._write_summary(content)
             if facade.args.process_index == 0:  # not the overridable method: the reference calls it a set number of times
                 print(summary_text(content, path))
         return content

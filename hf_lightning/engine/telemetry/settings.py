@@ -16,8 +16,9 @@ from typing import Any
 @dataclass(frozen=True)
 class TelemetrySettings:
     """The telemetry's options. Defaults: on, shown on the progress bar, sent to the Lightning loggers under `perf/`,
-    summarised at the end of `train()` (printed and written to `output_dir/run_performance.json`), and kept out of
-    `log_history` / `trainer_state.json`, which stay the reference's."""
+    summarised at the end of `train()` (printed; written to `output_dir/run_performance.json` only when
+    `summary_file`), and kept out of `log_history` / `trainer_state.json` and out of `output_dir`, which stay the
+    reference's."""
 
     enabled: bool = True
     # Also put each window's figures into the training log entries (log_history, trainer_state.json, printed logs)
@@ -27,9 +28,12 @@ class TelemetrySettings:
     peak_flops: float | None = None
     progress_bar: bool = True
     summary: bool = True
+    # Also write the summary into `output_dir/run_performance.json` (an opt-in: the folder holds what the reference
+    # writes otherwise).
+    summary_file: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("enabled", "log_history", "progress_bar", "summary"):
+        for name in ("enabled", "log_history", "progress_bar", "summary", "summary_file"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Telemetry({name}=...) takes True or False, got {getattr(self, name)!r}")
         peak = self.peak_flops

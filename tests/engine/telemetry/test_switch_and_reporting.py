@@ -62,8 +62,8 @@ def test_switching_the_telemetry_off_changes_nothing_else(tmp_path, capsys):
         assert torch.equal(ours, theirs), name
     assert _untimed(on.state.log_history) == _untimed(off.state.log_history)
     assert not any(key.startswith("perf/") for entry in on.state.log_history for key in entry)
-    # The same files, run_performance.json aside; checkpoints' trainer states the same but for timings.
-    assert _files(tmp_path / "on") == sorted([*_files(tmp_path / "off"), "run_performance.json"])
+    # The same files (the summary is printed, not written); checkpoints' trainer states the same but for timings.
+    assert _files(tmp_path / "on") == _files(tmp_path / "off")
     for checkpoint in ("checkpoint-4", "checkpoint-8"):
         states = [json.loads((tmp_path / side / checkpoint / "trainer_state.json").read_text()) for side in ("on", "off")]
         for state in states:
@@ -103,10 +103,13 @@ def test_the_summary_and_the_progress_bar_can_be_switched_off_alone(tmp_path, ca
 
     shown = run(tmp_path / "shown", True)
     assert "tokens/s=" in shown.err and "***** Run performance" in shown.out
-    assert (tmp_path / "shown" / "run_performance.json").exists()
+    assert not (tmp_path / "shown" / "run_performance.json").exists()  # output_dir holds what the reference writes
     quiet = run(tmp_path / "quiet", Telemetry(progress_bar=False, summary=False))
     assert "tokens/s=" not in quiet.err and "Run performance" not in quiet.out
     assert not (tmp_path / "quiet" / "run_performance.json").exists()
+    written = run(tmp_path / "written", Telemetry(summary_file=True))
+    assert f"Run performance ({tmp_path / 'written' / 'run_performance.json'})" in written.out
+    assert json.loads((tmp_path / "written" / "run_performance.json").read_text())["global_step"] == 4
 
 
 def test_evaluate_and_predict_measure_samples_and_tokens_per_second(tmp_path):

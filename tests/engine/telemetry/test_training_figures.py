@@ -1,5 +1,5 @@
 """What the telemetry measures in a training run: tokens/s from the counted tokens, the data wait, the checkpoint
-stall, FLOPs and MFU; the summary it prints and writes (run_performance.json)."""
+stall, FLOPs and MFU; the summary it prints and, with `summary_file=True`, writes (run_performance.json)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_tokens_per_second_is_the_counted_tokens_over_the_measured_time(tmp_path
 
     args = _args(tmp_path, per_device_train_batch_size=2, num_train_epochs=1, logging_steps=2,
                  include_num_input_tokens_seen="non_padding")
-    trainer = Trainer(model=make_tiny_gpt2(), args=args, train_dataset=data, data_collator=collate)
+    trainer = Trainer(telemetry=Telemetry(summary_file=True), model=make_tiny_gpt2(), args=args, train_dataset=data, data_collator=collate)
     trainer.train()
     content = _summary(tmp_path)
     all_tokens = sum(int(item["attention_mask"].sum()) for item in data.items)
@@ -77,7 +77,7 @@ def test_tokens_per_second_is_the_counted_tokens_over_the_measured_time(tmp_path
 def test_a_slow_dataset_shows_as_data_wait(tmp_path, seconds_per_item):
     data = SleepyDataset(regression_data(48), seconds_per_item)
     args = _args(tmp_path, per_device_train_batch_size=4, max_steps=12, logging_steps=4)
-    Trainer(model=make_regression_mlp(), args=args, train_dataset=data).train()
+    Trainer(telemetry=Telemetry(summary_file=True), model=make_regression_mlp(), args=args, train_dataset=data).train()
     content = _summary(tmp_path)
     share = content["time_breakdown"]["data_wait"]["share"]
     if seconds_per_item:
@@ -106,7 +106,7 @@ def test_slow_saves_show_their_stall(tmp_path):
     args = _args(tmp_path, per_device_train_batch_size=4, max_steps=6, logging_steps=2, save_strategy="steps",
                  save_steps=2)
     with fault_hook(_slow_fsync(0.25, on_main_thread=True)):
-        Trainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(24)).train()
+        Trainer(telemetry=Telemetry(summary_file=True), model=make_regression_mlp(), args=args, train_dataset=regression_data(24)).train()
     content = _summary(tmp_path)
     stall = content["time_breakdown"]["checkpoint"]
     assert stall["seconds"] >= 3 * 0.25
@@ -125,7 +125,7 @@ def test_with_async_writes_the_stall_is_what_the_save_blocks(tmp_path):
         args = _args(output_dir, per_device_train_batch_size=2, max_steps=8, logging_steps=4, save_strategy="steps",
                      save_steps=4)
         data = SleepyDataset(regression_data(16), 0.04)
-        trainer = Trainer(model=make_regression_mlp(), args=args, train_dataset=data)
+        trainer = Trainer(telemetry=Telemetry(summary_file=True), model=make_regression_mlp(), args=args, train_dataset=data)
         if asynchronous:
             trainer.lightning_trainer_overrides = {"plugins": [AsyncCheckpointIO()]}
         # The step-4 write takes 0.25 s longer; the 4 steps after it take 0.08 s each, so it is done before step 8's.
@@ -142,7 +142,7 @@ def test_mfu_is_flops_over_time_over_the_given_peak(tmp_path):
         x, labels = torch.empty(4, 4), torch.empty(4)
     per_batch = measure_flops(meta_model, lambda: meta_model(x, labels), lambda output: output["loss"])
     args = _args(tmp_path, per_device_train_batch_size=4, max_steps=6, logging_steps=2)
-    telemetry = Telemetry(peak_flops=1e9)
+    telemetry = Telemetry(peak_flops=1e9, summary_file=True)
     trainer = Trainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(24), telemetry=telemetry)
     trainer.train()
     content = _summary(tmp_path)
@@ -159,7 +159,7 @@ def test_mfu_is_flops_over_time_over_the_given_peak(tmp_path):
 
 def test_on_a_cpu_without_a_peak_mfu_is_absent_and_the_reference_count_stands_in(tmp_path, capsys):
     args = _args(tmp_path, per_device_train_batch_size=2, max_steps=4, logging_steps=2)
-    trainer = Trainer(model=make_tiny_gpt2(), args=args, train_dataset=padded_lm_data(8))
+    trainer = Trainer(telemetry=Telemetry(summary_file=True), model=make_tiny_gpt2(), args=args, train_dataset=padded_lm_data(8))
     trainer.train()
     content = _summary(tmp_path)
     assert content["peak_flops_per_device"] is None and "mfu" not in content["whole_run"]
@@ -176,7 +176,7 @@ def test_evaluation_during_training_is_its_own_share_and_pass(tmp_path):
     args = _args(tmp_path, per_device_train_batch_size=2, max_steps=4, logging_steps=2, eval_strategy="steps",
                  eval_steps=2)
     eval_data = padded_lm_data(6, seed=1)
-    Trainer(model=make_tiny_gpt2(), args=args, train_dataset=padded_lm_data(8),
+    Trainer(telemetry=Telemetry(summary_file=True), model=make_tiny_gpt2(), args=args, train_dataset=padded_lm_data(8),
             eval_dataset=SleepyDataset(eval_data, 0.03)).train()
     content = _summary(tmp_path)
     assert content["time_breakdown"]["evaluation"]["seconds"] >= 2 * 6 * 0.03
