@@ -28,6 +28,9 @@ class Telemetry(pl.Callback):
         summary: print the end-of-run summary.
         summary_file: also write it to `output_dir/run_performance.json` (off: `output_dir` holds what the reference
             writes); `Telemetry.summary` and `plot_performance(telemetry.summary)` read it without a file.
+        flops: how FLOPs are counted: "auto" (from a transformers model's config, attention included, without
+            running the model; the reference's count otherwise), "measure" (Lightning's `measure_flops` on a meta
+            copy of the model at the first micro-batch: the forward's code runs once more), "reference".
     """
 
     def __init__(
@@ -39,6 +42,7 @@ class Telemetry(pl.Callback):
         progress_bar: bool = True,
         summary: bool = True,
         summary_file: bool = False,
+        flops: str = "auto",
     ) -> None:
         self.telemetry_settings = TelemetrySettings(
             enabled=enabled,
@@ -47,6 +51,7 @@ class Telemetry(pl.Callback):
             progress_bar=progress_bar,
             summary=summary,
             summary_file=summary_file,
+            flops=flops,
         )
         # The last `train()`'s figures, as run_performance.json holds them (None before the first).
         self.summary: dict[str, Any] | None = None

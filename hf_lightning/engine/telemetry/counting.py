@@ -18,22 +18,23 @@ import torch
 class BatchCounter:
     """Counts the micro-batches of the current window (samples, input entries, tokens) until `take`."""
 
-    __slots__ = ("_main", "_measure_flops", "_pad", "_tokens_on_device", "elements", "flops_per_element",
+    __slots__ = ("_main", "_make_flops_rule", "_pad", "_tokens_on_device", "elements", "flops_rule", "positions",
                  "samples", "tokens")
 
     def __init__(
         self,
         main_input_name: str,
         pad_token_id: int | None,
-        measure_flops: Callable[[Mapping[str, Any]], float | None] | None = None,
+        make_flops_rule: Callable[[Mapping[str, Any], int], Any] | None = None,
     ) -> None:
         self._main = main_input_name
         self._pad = pad_token_id
-        # Called once, on the first micro-batch: FLOPs of that batch per entry of its scaling input (flops.py).
-        self._measure_flops = measure_flops
-        self.flops_per_element: float | None = None
+        # Called once, on the first micro-batch: how FLOPs scale with the input (flops.py `FlopsRule`).
+        self._make_flops_rule = make_flops_rule
+        self.flops_rule: Any = None
         self.samples = 0
         self.elements = 0  # entries of the input FLOPs scale with (the main input, else the first tensor)
+        self.positions = 0  # those entries times their sequence length (the attention term's scale)
         self.tokens: int | None = None  # tokens counted on the host (no mask, no pad id: every entry)
         self._tokens_on_device: torch.Tensor | None = None
 
@@ -63,11 +64,10 @@ class BatchCounter:
         self.samples += shape[0] if shape else 1
         elements = tensor.numel()
         self.elements += elements
-        if self._measure_flops is not None:
-            measure, self._measure_flops = self._measure_flops, None
-            flops = measure(inputs)
-            if flops and elements:
-                self.flops_per_element = flops / elements
+        self.positions += elements * (shape[-1] if len(shape) > 1 else 1)
+        if self._make_flops_rule is not None:
+            make, self._make_flops_rule = self._make_flops_rule, None
+            self.flops_rule = make(inputs, elements)
 
     def _count_unnamed(self, inputs: Any) -> None:
         """A tuple / list batch: samples from its first tensor (no main input, so no tokens or FLOPs scale)."""
@@ -83,14 +83,17 @@ class BatchCounter:
         else:
             self._tokens_on_device += count
 
-    def take(self) -> tuple[int, int, int | None]:
-        """`(samples, elements, tokens)` since the last `take` (tokens None when none were counted), and start
-        again from zero. Reads the device's token total: call it where the step waits for the device anyway."""
+    def take(self) -> tuple[int, float | None, int | None]:
+        """`(samples, flops, tokens)` since the last `take` (flops None without a FLOPs rule, tokens None when none
+        were counted), and start again from zero. Reads the device's token total: call it where the step waits for
+        the device anyway."""
         tokens = self.tokens
         if self._tokens_on_device is not None:
             tokens = (tokens or 0) + int(self._tokens_on_device.item())
-        taken = (self.samples, self.elements, tokens)
-        self.samples = self.elements = 0
+        rule = self.flops_rule
+        flops = None if rule is None else rule.per_element * self.elements + rule.per_position * self.positions
+        taken = (self.samples, flops, tokens)
+        self.samples = self.elements = self.positions = 0
         self.tokens = None
         self._tokens_on_device = None
         return taken

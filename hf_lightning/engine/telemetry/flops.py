@@ -1,14 +1,20 @@
-"""FLOPs of a training micro-batch and the device's peak FLOP/s, from Lightning's measuring parts.
+"""FLOPs of a training micro-batch and the device's peak FLOP/s, without running the user's code unless asked.
 
-FLOPs: Lightning's `measure_flops` (torch's `FlopCounterMode`) runs the forward and backward once, on the meta
-device: the model's own code on a copy of it whose tensors are meta tensors (no data copied, hooks left out) and on
-a meta copy of the first micro-batch, so nothing is computed, no weight, gradient or attribute of the model is
-touched and no random number is drawn. Later
-micro-batches scale that count by the size of their input (exact for a fixed shape; for padded text the linear
-layers scale exactly and attention's quadratic part approximately). A model whose forward reads a value out of a
-tensor (transformers' mask checks do) cannot run on meta; then the reference's own count is used:
-`floating_point_ops` (6 x non-embedding parameters x input tokens for a transformers model), which the trainer
-already sums into `state.total_flos`. With neither, FLOPs and MFU are absent.
+FLOPs, by `Telemetry(flops=...)`:
+- "auto" (default): for a transformers model whose config names its layers and width, the count from the config,
+  the model's own code not run: 6 x N x tokens for the matmuls (N: the parameters a token passes through, the
+  embedding tables left out but a head tied to them counted, as the reference's `floating_point_ops` leaves it
+  out) plus attention's 12 x layers x hidden size x sequence length per token (the scores and the weighted sum,
+  forward and backward; the usual dense-transformer count). Otherwise the reference's own `floating_point_ops`,
+  which the trainer already sums into `state.total_flos` (none for a plain `nn.Module`).
+- "measure": Lightning's `measure_flops` (torch's `FlopCounterMode`) runs the forward and backward once, on the meta
+  device, at the first micro-batch: the model's own code on a copy whose tensors are meta tensors (no data copied,
+  hooks left out), so no weight, gradient or attribute of the model is touched and no random number is drawn; but
+  the forward's code does run once more (a global counter, a print, a log line in it show that). Later micro-batches
+  scale the count by the size of their input. A model whose forward reads a value out of a tensor (transformers'
+  mask checks do) cannot run on meta; then "auto"'s count is used.
+- "reference": the reference's `floating_point_ops` only.
+Each counts per micro-batch as `per_element x entries + per_position x entries x sequence length` of the main input.
 
 Peak FLOP/s: Lightning's `get_available_flops` for the device and the precision the forward runs in (the plan's
 autocast dtype, else the parameters' dtype; float32 counts as TF32 where matmuls use it). None on a CPU or an
@@ -20,6 +26,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -89,13 +96,75 @@ def measure_micro_batch_flops(model: nn.Module, inputs: Mapping[str, Any]) -> in
     return flops or None
 
 
-def meta_flops_measurer(model: nn.Module, replicated: bool) -> Callable[[Mapping[str, Any]], int | None] | None:
-    """The measurement the batch counter runs on its first micro-batch; None when the model's parameters are not
-    whole on each process (FSDP, DeepSpeed, tensor parallelism: `replicated` False), where the reference's count is
-    used."""
-    if not replicated:
+@dataclass(frozen=True)
+class FlopsRule:
+    """A micro-batch's FLOPs: `per_element` x the main input's entries + `per_position` x entries x its sequence
+    length (the attention term); `source` says where the figures came from (the summary prints it)."""
+
+    per_element: float
+    per_position: float
+    source: str
+
+
+_LAYER_NAMES = ("num_hidden_layers", "n_layer", "num_layers")
+_WIDTH_NAMES = ("hidden_size", "n_embd", "d_model")
+
+
+def _config_value(config: Any, names: tuple[str, ...]) -> int | None:
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _matmul_parameters(model: nn.Module) -> int:
+    """Parameters a token's forward multiplies by: all but the embedding tables, plus an output head tied to one
+    (its matmul runs though its weight is the input embedding's)."""
+    embeddings = {id(module.weight) for module in model.modules() if isinstance(module, nn.Embedding)}
+    count = sum(parameter.numel() for parameter in model.parameters() if id(parameter) not in embeddings)
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    weight = getattr(head, "weight", None)
+    if isinstance(weight, torch.Tensor) and id(weight) in embeddings:
+        count += weight.numel()
+    return count
+
+
+def config_flops_rule(model: nn.Module) -> FlopsRule | None:
+    """The count from a transformers model's config (no model code runs); None for an encoder-decoder model (two
+    stacks, two sequence lengths) or a config without layers and width."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "is_encoder_decoder", False):
         return None
-    return lambda inputs: measure_micro_batch_flops(model, inputs)
+    layers, width = _config_value(config, _LAYER_NAMES), _config_value(config, _WIDTH_NAMES)
+    if layers is None or width is None:
+        return None
+    return FlopsRule(
+        per_element=6.0 * _matmul_parameters(model),
+        per_position=12.0 * layers * width,
+        source=f"6 x N x tokens + attention 12 x {layers} layers x {width} x sequence length (model config)",
+    )
+
+
+def flops_rule_maker(
+    model: nn.Module, replicated: bool, mode: str
+) -> Callable[[Mapping[str, Any], int], FlopsRule | None] | None:
+    """What the batch counter runs on its first micro-batch (its inputs and the main input's entries) to get the
+    run's `FlopsRule`; None where the reference's count is used: `mode` "reference", or the model's parameters not
+    whole on each process (FSDP, DeepSpeed, tensor parallelism: `replicated` False)."""
+    if mode == "reference" or not replicated:
+        return None
+    from_config = config_flops_rule(model)
+
+    def make(inputs: Mapping[str, Any], elements: int) -> FlopsRule | None:
+        if mode == "measure":
+            flops = measure_micro_batch_flops(model, inputs)
+            if flops and elements:
+                return FlopsRule(flops / elements, 0.0, "measure_flops on the meta device")
+        return from_config
+
+    return make
 
 
 def compute_dtype(autocast_dtype: torch.dtype | None, model: nn.Module) -> torch.dtype:
@@ -136,7 +205,9 @@ def begin_measuring(telemetry: Any, facade: Any, lightning_trainer: Any, setup_s
         peak_flops=peak,
         peak_flops_source=source if peak is not None else None,
         compute_dtype=dtype,
-        measure_flops=meta_flops_measurer(facade.model, replicated=strategy in _REPLICATING_STRATEGIES),
+        flops_rule=flops_rule_maker(
+            facade.model, replicated=strategy in _REPLICATING_STRATEGIES, mode=telemetry.settings.flops
+        ),
         loggers=list(lightning_trainer.loggers),
         setup_seconds=setup_seconds,
     )

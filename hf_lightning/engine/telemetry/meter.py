@@ -79,7 +79,7 @@ class TelemetryMeter:
         peak_flops: float | None,
         peak_flops_source: str | None,
         compute_dtype: torch.dtype,
-        measure_flops: Callable[[Mapping[str, Any]], int | None] | None,
+        flops_rule: Callable[[Mapping[str, Any], int], Any] | None,
         loggers: list[Any],
         setup_seconds: float,
     ) -> None:
@@ -88,7 +88,7 @@ class TelemetryMeter:
         self.counter = BatchCounter(
             getattr(facade.model, "main_input_name", "input_ids"),
             getattr(facade.processing_class, "pad_token_id", None),
-            measure_flops,
+            flops_rule,
         )
         self.optimizer_clock = device_clock(device)
         self.data_clock.read_and_reset()
@@ -114,11 +114,10 @@ class TelemetryMeter:
         training = self._training
         facade = self._facade
         now = time.perf_counter()
-        samples, elements, tokens = self.counter.take()
-        # FLOPs: measured ones scaled by the input size (flops.py), else the reference's `floating_point_ops`,
+        samples, local_flops, tokens = self.counter.take()
+        # FLOPs: the run's rule applied to the input sizes (flops.py), else the reference's `floating_point_ops`,
         # which `store_flos` has already summed over the processes into `state.total_flos`.
-        measured = self.counter.flops_per_element
-        local_flops = measured * elements if measured is not None else None
+        measured = self.counter.flops_rule
         total_flos = facade.state.total_flos
         reference_flops = total_flos - training.total_flos
         training.total_flos = total_flos
@@ -200,7 +199,7 @@ class TelemetryMeter:
                 "compute_dtype": str(training.compute_dtype).replace("torch.", ""),
                 "peak_flops_source": training.peak_flops_source,
                 "flops_source": (
-                    "measure_flops on the meta device" if self.counter.flops_per_element is not None
+                    self.counter.flops_rule.source if self.counter.flops_rule is not None
                     else "floating_point_ops" if training.run.flops is not None else None
                 ),
                 "memory_kind": training.memory.kind,

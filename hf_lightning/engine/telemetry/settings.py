@@ -9,8 +9,12 @@ whose constructor has no `telemetry=` keyword, takes the callback.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
+
+
+FLOPS_MODES = ("auto", "measure", "reference")
 
 
 @dataclass(frozen=True)
@@ -31,14 +35,26 @@ class TelemetrySettings:
     # Also write the summary into `output_dir/run_performance.json` (an opt-in: the folder holds what the reference
     # writes otherwise).
     summary_file: bool = False
+    # How FLOPs are counted (engine/telemetry/flops.py): "auto" from a transformers model's config (no model code
+    # runs), "measure" with Lightning's measure_flops on a meta copy (the forward's code runs once more), "reference"
+    # the reference's floating_point_ops only.
+    flops: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("enabled", "log_history", "progress_bar", "summary", "summary_file"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Telemetry({name}=...) takes True or False, got {getattr(self, name)!r}")
+        if self.flops not in FLOPS_MODES:
+            raise ValueError(
+                f"Telemetry(flops={self.flops!r}): use one of {', '.join(map(repr, FLOPS_MODES))} ('auto' counts from a "
+                "transformers model's config without running the model; 'measure' runs its forward once on a meta copy)."
+            )
         peak = self.peak_flops
+        if isinstance(peak, numbers.Real) and not isinstance(peak, bool):
+            object.__setattr__(self, "peak_flops", float(peak))  # a NumPy number as well
+            peak = self.peak_flops
         if peak is not None and (
-            isinstance(peak, bool) or not isinstance(peak, (int, float)) or not math.isfinite(peak) or peak <= 0
+            isinstance(peak, bool) or not isinstance(peak, float) or not math.isfinite(peak) or peak <= 0
         ):
             raise ValueError(
                 f"Telemetry(peak_flops={peak!r}): give the peak FLOP/s of one device as a positive number, e.g. "

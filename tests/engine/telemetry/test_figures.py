@@ -11,7 +11,7 @@ from hf_lightning.core.blocked_time import BlockedTime, blocked_by
 from hf_lightning.engine.telemetry.clocks import HostClock
 from hf_lightning.engine.telemetry.counting import BatchCounter
 from hf_lightning.engine.telemetry.figures import Totals, figures, progress_text, summary, summary_text
-from hf_lightning.engine.telemetry.flops import device_peak_flops
+from hf_lightning.engine.telemetry.flops import FlopsRule, device_peak_flops
 from hf_lightning.engine.telemetry.settings import OFF, TelemetrySettings, resolve_telemetry
 
 
@@ -113,20 +113,27 @@ def test_the_batch_counter_follows_the_non_padding_rule():
     ids = torch.tensor([[5, 6, 0, 0], [7, 0, 0, 0]])
     counter.count({"input_ids": ids, "attention_mask": torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])})
     counter.count({"input_ids": ids})  # no mask: entries other than the pad id
-    assert counter.take() == (4, 16, 4 + 3)
+    assert counter.take() == (4, None, 4 + 3)
     plain = BatchCounter("input_ids", pad_token_id=None)
     plain.count({"input_ids": ids})  # no mask, no pad id: every entry
     plain.count({"x": torch.zeros(3, 2)})  # no main input: samples only
-    assert plain.take() == (5, 14, 8)
-    assert BatchCounter("input_ids", None).take() == (0, 0, None)
+    assert plain.take() == (5, None, 8)
+    assert BatchCounter("input_ids", None).take() == (0, None, None)
 
 
-def test_the_batch_counter_measures_flops_once_on_the_first_batch():
+def test_the_batch_counter_makes_its_flops_rule_once_on_the_first_batch():
     calls = []
-    counter = BatchCounter("input_ids", None, measure_flops=lambda inputs: calls.append(inputs) or 400)
+
+    def make(inputs, elements):
+        calls.append((inputs, elements))
+        return FlopsRule(per_element=50.0, per_position=2.0, source="test")
+
+    counter = BatchCounter("input_ids", None, make)
     counter.count({"input_ids": torch.ones(2, 4, dtype=torch.long)})
     counter.count({"input_ids": torch.ones(2, 8, dtype=torch.long)})
-    assert len(calls) == 1 and counter.flops_per_element == 50.0
+    assert len(calls) == 1 and calls[0][1] == 8 and counter.flops_rule.source == "test"
+    # 50 per entry and 2 per entry and position: (8 + 16) x 50 + (8 x 4 + 16 x 8) x 2
+    assert counter.take() == (4, 24 * 50.0 + 160 * 2.0, 24)
 
 
 def test_host_clock_adds_its_intervals():
