@@ -13,7 +13,6 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-
 FLOPS_MODES = ("auto", "measure", "reference")
 
 
