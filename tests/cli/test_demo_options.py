@@ -41,3 +41,23 @@ def test_a_prefix_of_an_option_is_refused(capsys):
         with pytest.raises(SystemExit) as exit_:
             build_parser().parse_args(_with_default_command(argv))
         assert exit_.value.code == 2 and f"unrecognized arguments: {argv[0]}" in capsys.readouterr().err
+
+
+def test_the_main_jobs_output_folder_is_not_packaged(tmp_path):
+    """The main job writes ./hf_lightning_demo into the checkout; the package search of pyproject.toml must not
+    take it (or any other hf_lightning_* folder) for a top-level package at the next `pip install -e`."""
+    from pathlib import Path
+
+    import tomllib
+    from setuptools import find_namespace_packages
+
+    from hf_lightning.cli.main import DEFAULT_OUTPUT_DIR
+
+    root = Path(__file__).resolve().parents[2]
+    include = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    (tmp_path / "hf_lightning" / "engine").mkdir(parents=True)
+    (tmp_path / "hf_lightning" / "__init__.py").write_text("")
+    (tmp_path / "hf_lightning" / "engine" / "__init__.py").write_text("")
+    (tmp_path / DEFAULT_OUTPUT_DIR / "checkpoint-5").mkdir(parents=True)
+    found = find_namespace_packages(str(tmp_path), include=include)
+    assert sorted(found) == ["hf_lightning", "hf_lightning.engine"]
