@@ -67,7 +67,7 @@ def main() -> None:
     args = SFTConfig(
         output_dir=cli.output_dir, max_steps=cli.max_steps, per_device_train_batch_size=4, learning_rate=3e-3,
         logging_steps=10, save_strategy="no", report_to="none", use_cpu=True, bf16=False,
-        gradient_checkpointing=False, assistant_only_loss=True, max_length=32, disable_tqdm=True,
+        activation_checkpointing=False, assistant_only_loss=True, max_length=32, disable_tqdm=True,
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     print(trainer.train())
