@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 
+from hf_lightning.checkpoint.output_folder import apply_umask
 from hf_lightning.core.checkpoint_files import (
     COMPLETE_MARKER_NAME,
     SAFE_WEIGHTS_NAME,
@@ -84,5 +85,6 @@ def _write_weights(state: dict, output_dir: str) -> None:
             plain[key] = tensor.clone() if pointer in seen else tensor.contiguous()
             seen.add(pointer)
         safetensors.torch.save_file(plain, os.path.join(output_dir, SAFE_WEIGHTS_NAME), metadata={"format": "pt"})
-        return
-    save_torch_state_dict(state, output_dir)
+    else:
+        save_torch_state_dict(state, output_dir)
+    apply_umask(output_dir)  # safetensors writes 0600; config.json beside it follows the umask

@@ -6,6 +6,8 @@ import contextlib
 import errno
 import os
 
+from hf_lightning.core.file_modes import give_ordinary_mode, ordinary_file_mode
+
 
 def make_output_dir(path: str, field: str = "output_dir") -> None:
     """Create the folder `path` (and its parents); a clear error when an existing file is in the way."""
@@ -18,17 +20,12 @@ def make_output_dir(path: str, field: str = "output_dir") -> None:
 
 
 def apply_umask(folder: str, suffix: str = ".safetensors") -> None:
-    """Give the `suffix` files in `folder` the mode ordinary files get (0666 less the umask).
-
-    safetensors writes its files with mode 0600 whatever the umask, so saved weights would be private while
-    config.json, the tokenizer and training_args.bin next to them follow the umask.
-    """
-    mask = os.umask(0)
-    os.umask(mask)
+    """Give the `suffix` files in `folder` the mode ordinary files get (0666 less the umask; core/file_modes.py)."""
+    mode = ordinary_file_mode()
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
         if name.endswith(suffix) and os.path.isfile(path):
-            os.chmod(path, 0o666 & ~mask)
+            give_ordinary_mode(path, mode)
 
 
 # errno -> what to do about it, for the causes a save into output_dir commonly meets.

@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from hf_lightning.core.file_modes import give_ordinary_mode
+
 DATA_POSITION_NAME = "hf_lightning_data_position.json"
 POSITION_FORMAT = 1
 RESTORE_MODES = ("sampler", "dataset_state", "examples_drawn", "replay")
@@ -112,6 +114,7 @@ def write_data_state(folder: str, record: DataPositionRecord, file_name: str) ->
 
     metadata = {"format": str(POSITION_FORMAT), "state": record.state_json}
     save_file(record.tensors, os.path.join(folder, file_name), metadata=metadata)
+    give_ordinary_mode(os.path.join(folder, file_name))  # safetensors writes 0600 (core/file_modes.py)
 
 
 # ---- reading and checking ----------------------------------------------------------------------------------------
