@@ -310,15 +310,16 @@ def _print_examples(model: Any, tokenizer: Any, eval_dataset: Any, count: int = 
 def explain_command(
     path: Path, parser: argparse.ArgumentParser | None = None, target: dict[str, Any] | None = None
 ) -> int:
-    """`hf-lightning explain ARGS.json`: print how each TrainingArguments field maps onto Lightning.
+    """`hf-lightning explain ARGS.json`: print how each TrainingArguments field maps onto Lightning (a checkpoint's
+    `training_args.bin` works too).
 
     `target` (`accelerator`, `devices`, `num_nodes`, each None for the default) describes the machine the run is
     meant for; without it, this machine. Returns 0 when every field is honoured (or not applicable), 1 when some
     are refused, 2 on bad input.
     """
     try:
-        fields = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
+        fields = _read_arguments_file(path)
+    except (OSError, ValueError) as error:
         return _fail(parser, f"cannot read {path}: {error}")
     if not isinstance(fields, dict):
         return _fail(
@@ -334,7 +335,11 @@ def explain_command(
         with assumed_accelerator(_accelerator_kind(environment)):
             arguments = training_arguments_class(**fields)
     except (TypeError, ValueError) as error:
-        hint = "" if target else " (for another machine, give it: --accelerator gpu --devices N --num_nodes N)"
+        about_hardware = isinstance(error, ValueError) and any(word in str(error) for word in _HARDWARE_WORDS)
+        hint = (
+            " (for another machine, give it: --accelerator gpu --devices N --num_nodes N)"
+            if about_hardware and not target else ""
+        )
         return _fail(parser, f"{path}: invalid TrainingArguments: {error}{hint}")
     # Refusals are shown in the table rather than raised: showing them is what `explain` is for.
     plan = translate(arguments, environment, raise_on_refusal=False)
@@ -349,6 +354,36 @@ def explain_command(
         )
         return 1
     return 0
+
+
+# Words of the errors that depend on the machine the arguments are checked on (a GPU-only precision or device).
+_HARDWARE_WORDS = ("bf16", "fp16", "tf32", "GPU", "gpu", "CUDA", "cuda", "device", "XPU", "NPU", "MPS")
+
+
+def _read_arguments_file(path: Path) -> Any:
+    """The fields of a JSON file, or of a checkpoint's `training_args.bin` as we write it (a plain dict, read with
+    `torch.load(weights_only=True)`; its token placeholders become None). The reference's `training_args.bin`, a
+    pickled TrainingArguments object, is refused: unpickling it could run code."""
+    raw = path.read_bytes()
+    if not raw.startswith(b"PK"):  # not a torch (zip) file
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise ValueError(f"it is neither JSON nor a training_args.bin ({error.reason} at byte {error.start})") from None
+    from hf_lightning.core.checkpoint_files import safe_torch_load
+
+    try:
+        content = safe_torch_load(str(path))
+    except ValueError as error:
+        raise ValueError(
+            f"it is not a training_args.bin of ours ({error}); one written by transformers.Trainer is a pickled "
+            "TrainingArguments object, which is not unpickled here since that can run code: write its fields with "
+            "args.to_json_string() and explain that file"
+        ) from None
+    if not isinstance(content, dict):
+        return content
+    # Every *_token field is saved as its placeholder ("<HUB_TOKEN>"): no token is known, as after `to_dict()`.
+    return {key: None if value == f"<{key.upper()}>" else value for key, value in content.items()}
 
 
 def _accelerator_kind(environment: Environment | None) -> str | None:

@@ -61,3 +61,37 @@ def test_the_target_environment():
     assert env.is_distributed_launch and not env.mps_available
     with pytest.raises(ValueError, match="accelerator='tpu'"):
         Environment.for_target("tpu")
+
+
+def test_a_checkpoints_training_args_bin_is_explained(tmp_path, capsys):
+    """The file we write into every checkpoint (a plain, token-free dict) explains like a JSON file."""
+    from hf_lightning import Trainer, TrainingArguments
+    from tests.models import make_regression_mlp, regression_data
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"), use_cpu=True, report_to="none", disable_tqdm=True, max_steps=1,
+        save_steps=1, per_device_train_batch_size=2, learning_rate=3e-3, hub_token="hf_secret",
+    )  # fmt: skip
+    Trainer(model=make_regression_mlp(), args=args, train_dataset=regression_data(4)).train()
+    capsys.readouterr()
+    assert main(["explain", str(tmp_path / "run" / "checkpoint-1" / "training_args.bin")]) == 0
+    out = capsys.readouterr().out
+    assert "learning_rate" in _row(out, "learning_rate") and "hf_secret" not in out
+
+
+def test_the_references_pickled_training_args_bin_is_refused_without_unpickling(tmp_path, capsys):
+    import transformers
+
+    path = tmp_path / "training_args.bin"
+    torch.save(transformers.TrainingArguments(output_dir=str(tmp_path), report_to="none"), path)
+    assert main(["explain", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert "pickled TrainingArguments" in error and "to_json_string" in error and "UnicodeDecodeError" not in error
+
+
+def test_a_misspelt_field_gets_no_hint_about_another_machine(tmp_path, capsys):
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"output_dir": "out", "learning_rte": 1e-3}), encoding="utf-8")
+    assert main(["explain", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert "learning_rte" in error and "another machine" not in error
