@@ -2,7 +2,10 @@
 
 It names the newest checkpoint a resume accepts (checkpoint/files.py: complete, with its training state) and
 the call that resumes from it, or the `hf-lightning fit` command when the run came from the console script
-(which registers its command line here); without such a checkpoint, it says that a new run starts over.
+(which registers its command line here); without such a checkpoint, it says that a new run starts over. The line
+starts on a line of its own (a progress bar may hold the cursor), and an interrupt that nothing catches ends with
+that line and a one-line `KeyboardInterrupt` instead of a screen of traceback that would scroll it away
+(`HF_LIGHTNING_FULL_TRACEBACK=1` shows the traceback).
 """
 
 from __future__ import annotations
@@ -39,7 +42,52 @@ def resume_line(output_dir: str, global_step: int, event: str) -> str:
     return f"hf_lightning: {event} at step {global_step}; last complete checkpoint: {checkpoint}; resume with: {how}"
 
 
-def report_interrupt(facade: TrainerLike, event: str) -> None:
-    """Print `resume_line` on stderr, from the main process only."""
-    if facade.args.process_index == 0:
-        print(resume_line(facade.args.output_dir, facade.state.global_step, event), file=sys.stderr, flush=True)
+FULL_TRACEBACK_ENV = "HF_LIGHTNING_FULL_TRACEBACK"
+
+
+def report_interrupt(facade: TrainerLike, event: str, interrupt: BaseException | None = None) -> None:
+    """Print `resume_line` on stderr, from the main process only; `interrupt`, left uncaught, then ends the process
+    with one line instead of its traceback."""
+    if facade.args.process_index != 0:
+        return
+    print(own_line(resume_line(facade.args.output_dir, facade.state.global_step, event), close_bars=True),
+          file=sys.stderr, flush=True)
+    if interrupt is not None:
+        interrupt.__dict__["hf_lightning_reported"] = True
+        _install_quiet_excepthook()
+
+
+def own_line(text: str, close_bars: bool = False) -> str:
+    """`text` beginning a line of its own after the line an open progress bar holds on the terminal: the bars closed
+    first (`close_bars`, their last state kept above the line), else a newline put before it (from a signal
+    handler, where closing a bar could wait on the lock the interrupted code holds)."""
+    bars = _open_progress_bars()
+    if not bars:
+        return text
+    if not close_bars:
+        return "\n" + text
+    for bar in bars:
+        bar.close()
+    return text
+
+
+def _open_progress_bars() -> list:
+    tqdm = sys.modules.get("tqdm")
+    instances = getattr(getattr(tqdm, "tqdm", None), "_instances", None)
+    return list(instances) if instances else []
+
+
+def _install_quiet_excepthook() -> None:
+    previous = sys.excepthook
+    if getattr(previous, "hf_lightning_quiet", False):
+        return
+
+    def quiet_reported_interrupt(kind, value, traceback):
+        reported = isinstance(value, KeyboardInterrupt) and value.__dict__.get("hf_lightning_reported", False)
+        if reported and os.environ.get(FULL_TRACEBACK_ENV, "") not in ("1", "true", "True"):
+            print(f"KeyboardInterrupt (the traceback is left out; {FULL_TRACEBACK_ENV}=1 shows it)", file=sys.stderr)
+            return
+        previous(kind, value, traceback)
+
+    quiet_reported_interrupt.hf_lightning_quiet = True
+    sys.excepthook = quiet_reported_interrupt

@@ -24,7 +24,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from hf_lightning.core.protocols import TrainerLike
-from hf_lightning.engine.interrupt_report import resume_line
+from hf_lightning.engine.interrupt_report import own_line, resume_line
 from hf_lightning.engine.jit_checkpoint import JITCheckpointCallback
 
 TERMINATED_MESSAGE = (
@@ -71,7 +71,7 @@ class SignalBridge(pl.Callback):
                 where = " " + line.removeprefix("hf_lightning: ")
             except Exception:  # noqa: BLE001 - the report must never keep the process from ending
                 where = ""
-        print(TERMINATED_MESSAGE + where, file=sys.stderr, flush=True)
+        print(own_line(TERMINATED_MESSAGE + where), file=sys.stderr, flush=True)
         launcher = getattr(getattr(self._lightning_trainer, "strategy", None), "launcher", None)
         if launcher is not None and callable(getattr(launcher, "kill", None)):
             launcher.kill(signum)  # the processes Lightning started for this run end with this one

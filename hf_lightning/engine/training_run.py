@@ -106,8 +106,9 @@ class TrainingRun:
                 # (hf_lightning/checkpoint/resume.py).
                 self.resume.prepare(resume_from_checkpoint)
                 return self._with_executable_batch_size()
-        except KeyboardInterrupt:
-            report_interrupt(trainer, "train() interrupted (Ctrl+C)")  # where to resume from, then the interrupt
+        except KeyboardInterrupt as interrupt:
+            # Where to resume from, then the interrupt (uncaught: one line, not a screen of traceback).
+            report_interrupt(trainer, "train() interrupted (Ctrl+C)", interrupt)
             raise
         finally:
             self.checkpointing.release_run_dirs()
