@@ -5,7 +5,8 @@ The arguments are checked again (a field assigned after construction), with the 
 only the trainer can see:
 NEFTune on a model without input embeddings, an empty map-style train dataset, `lr_scheduler_kwargs` the
 schedule does not take or lacks, `eval_on_start` without eval data, examples the default collator cannot
-batch. Every problem goes into one `InvalidArgumentsError` (a `ValueError`, and also the type the reference's
+batch; at `train()` (`check_train_labels`), train examples without the labels the model's loss needs or with
+text labels. Every problem goes into one `InvalidArgumentsError` (a `ValueError`, and also the type the reference's
 error has), before any training starts; the reference meets each of them inside `train()` as an error from
 torch or its loop.
 """
@@ -28,6 +29,7 @@ from hf_lightning.optim.schedulers import missing_scheduler_kwargs, scheduler_kw
 
 __all__ = [
     "check_default_collation",
+    "check_train_labels",
     "check_eval_on_start",
     "check_neftune_embeddings",
     "check_scheduler_kwargs",
@@ -127,6 +129,51 @@ def check_default_collation(name: str, dataset: Any) -> list[Problem]:
             "that turns a list of them into a batch of tensors.",
         )
     ]
+
+
+_LABEL_KEYS = ("label", "label_ids", "labels")  # what the default collators turn into the batch's `labels`
+
+
+def check_train_labels(dataset: Any, label_names: list[str] | None, model: Any, loss_needs_labels: bool) -> list[Problem]:
+    """The first train example, as the default collator will batch it: labels given as text (the collator's
+    `torch.tensor` fails with "too many dimensions 'str'"), or, when the model's loss needs labels
+    (`loss_needs_labels`), none of the label columns (the model returns no loss: "The model did not return a loss
+    from the inputs" at the first step). Read once, the random states kept; iterable datasets are not read."""
+    if dataset is None or isinstance(dataset, IterableDataset) or not has_length(dataset) or len(dataset) == 0:
+        return []
+    try:
+        example = _first_example(dataset)
+        fields = example if isinstance(example, Mapping) else vars(example)
+    except Exception:  # noqa: BLE001 - not a dict of columns: check_default_collation speaks of it
+        return []
+    problems = []
+    for key in _LABEL_KEYS:
+        value = fields.get(key)
+        as_list = value if isinstance(value, (list, tuple)) else [value]
+        if as_list and all(isinstance(item, str) for item in as_list):
+            problems.append(
+                Problem(
+                    "train_dataset",
+                    f"train_dataset[0][{key!r}] = {_shown_example(value)} is text; the collator makes a tensor of "
+                    f"class ids from it. Map the labels to ids first (datasets: "
+                    f"`dataset.class_encode_column({key!r})`, or `dataset.map(lambda row: {{{key!r}: ids[row[{key!r}]]}})`"
+                    " with `ids = {'negative': 0, ...}`) and give the model `num_labels` and `id2label`.",
+                )
+            )
+    names = list(label_names or [])
+    present = set(fields) | ({"labels"} if any(key in fields for key in _LABEL_KEYS) else set())
+    if loss_needs_labels and names and not any(name in present for name in names):
+        problems.append(
+            Problem(
+                "train_dataset",
+                f"train_dataset[0] has no {' / '.join(repr(name) for name in names)} column (its columns: "
+                f"{sorted(fields)}), so {type(model).__name__} returns no loss and training would stop at its first "
+                "step. Add the labels to the dataset (for classification a 'label' column of class ids), name the "
+                "column that holds them with `label_names=[...]`, or pass a `data_collator` or `compute_loss_func` "
+                "that provides them.",
+            )
+        )
+    return problems
 
 
 def check_scheduler_kwargs(args: Any, own_scheduler: bool) -> list[Problem]:

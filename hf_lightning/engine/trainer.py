@@ -28,6 +28,7 @@ from hf_lightning.args.changes import (
 )
 from hf_lightning.args.training_args import TrainingArguments, as_training_arguments
 from hf_lightning.args.user_warnings import user_stacklevel
+from hf_lightning.args.validation import invalid_arguments
 from hf_lightning.callbacks import (
     CallbackHandler,
     DefaultFlowCallback,
@@ -48,7 +49,11 @@ from hf_lightning.core.seeding import seed_from_args
 from hf_lightning.data.collate import pick_default_collator
 from hf_lightning.engine.accelerator import LightningAccelerator
 from hf_lightning.engine.data_methods import DataMethodsMixin
-from hf_lightning.engine.input_checks import check_constructor_arguments, check_trainer_inputs
+from hf_lightning.engine.input_checks import (
+    check_constructor_arguments,
+    check_train_labels,
+    check_trainer_inputs,
+)
 from hf_lightning.engine.jit_checkpoint import JITCheckpointCallback
 from hf_lightning.engine.library_logging import set_library_log_level
 from hf_lightning.engine.loss import (
@@ -198,6 +203,7 @@ class HFLightningTrainer(
             eval_dataset=eval_dataset,
             default_collator=data_collator is None,
         )
+        self._default_collator = self.data_collator if data_collator is None else None
 
         # Refusals of unsupported fields surface here, before any training starts.
         self.plan = translate(args)
@@ -420,6 +426,23 @@ class HFLightningTrainer(
         current = arguments_snapshot(self.args)
         before.update({name: current[name] for name in read})
 
+    def _check_train_labels(self) -> None:
+        """At `train()`: the first train example's labels, as the default collator will batch them, in one error
+        before training (a trainer built only to evaluate or predict may hold unlabelled train data)."""
+        if self._default_collator is None or self.data_collator is not self._default_collator:
+            return
+        base_model = data_layer.unwrap_peft_model(self.model)
+        # The model's own loss, which transformers' models compute only when given labels.
+        loss_needs_labels = (
+            self.compute_loss_func is None
+            and type(self).compute_loss is HFLightningTrainer.compute_loss
+            and not self.can_return_loss
+            and hasattr(base_model, "config")
+        )
+        problems = check_train_labels(self.train_dataset, self.label_names, base_model, loss_needs_labels)
+        if problems:
+            raise invalid_arguments("Trainer", problems)
+
     def train(
         self,
         resume_from_checkpoint: str | bool | None = None,
@@ -432,6 +455,7 @@ class HFLightningTrainer(
 
         if self._training_run is None:
             self._read_changed_arguments()
+            self._check_train_labels()
 
         outer_run, self._training_run = self._training_run, TrainingRun(self, trial, ignore_keys_for_eval)
         try:

@@ -315,3 +315,65 @@ def test_looking_at_the_first_example_leaves_the_random_streams_as_they_were(tmp
     after = (torch.rand(1).item(), random.random(), float(np.random.rand()))
     torch.manual_seed(args.seed), random.seed(args.seed), np.random.seed(args.seed)
     assert after == (torch.rand(1).item(), random.random(), float(np.random.rand()))
+
+
+def _classification_rows(label_values) -> Texts:
+    from tests.models import classification_data
+
+    rows = [dict(item) for item in classification_data(4).items]
+    for row, value in zip(rows, label_values):
+        row.pop("labels", None)
+        if value is not None:
+            row["label"] = value
+    return Texts(rows)
+
+
+@pytest.mark.parametrize(
+    ("case", "labels", "expected"),
+    [
+        ("no label column", [None] * 4, "train_dataset[0] has no 'labels' column"),
+        ("text labels", ["positive", "negative", "positive", "negative"], "train_dataset[0]['label'] = 'positive' is text"),
+    ],
+)
+def test_data_mistakes_the_first_example_shows_are_named_before_training(tmp_path, case, labels, expected):
+    """Named when train() starts, before its first step (a trainer built to evaluate or predict may hold such data).
+    The reference fails at its first step ("The model did not return a loss from the
+    inputs, only the following keys: logits"; "too many dimensions 'str'")."""
+    from tests.models import make_tiny_bert_classifier
+
+    data = _classification_rows(labels)
+    reference_args = _args(transformers.TrainingArguments, str(tmp_path / "ref"), max_steps=1)
+    with pytest.raises((ValueError, TypeError)) as reference:
+        transformers.Trainer(model=make_tiny_bert_classifier(), args=reference_args, train_dataset=data).train()
+    assert "train_dataset" not in str(reference.value)
+    args = _args(TrainingArguments, str(tmp_path / "ours"), max_steps=1)
+    trainer = HFLightningTrainer(model=make_tiny_bert_classifier(), args=args, train_dataset=data)
+    if case == "no label column":
+        trainer.predict(data)  # a trainer used to predict needs no labels: nothing is said
+    with pytest.raises(InvalidArgumentsError) as info:
+        trainer.train()
+    assert trainer.state.global_step == 0 and info.value.fields == ["train_dataset"]
+    assert expected in str(info.value)
+    assert ("label_names" in str(info.value)) if case == "no label column" else ("class_encode_column" in str(info.value))
+
+
+def test_labels_under_another_name_a_collator_or_a_loss_function_are_accepted(tmp_path):
+    from tests.models import make_tiny_bert_classifier
+
+    args = _args(TrainingArguments, str(tmp_path / "ours"), max_steps=1)
+    with_label = _classification_rows([0, 1, 0, 1])  # "label": the collator renames it
+    assert HFLightningTrainer(model=make_tiny_bert_classifier(), args=args, train_dataset=with_label).train().global_step == 1
+    unlabelled = _classification_rows([None] * 4)
+
+    def loss(outputs, labels, num_items_in_batch=None):
+        return outputs["logits"].float().pow(2).mean()
+
+    trained = HFLightningTrainer(
+        model=make_tiny_bert_classifier(), args=args, train_dataset=unlabelled, compute_loss_func=loss
+    ).train()
+    assert trained.global_step == 1
+    collated = HFLightningTrainer(
+        model=make_tiny_bert_classifier(), args=args, train_dataset=unlabelled,
+        data_collator=lambda rows: {**transformers.default_data_collator(rows), "labels": torch.zeros(len(rows), dtype=torch.long)},
+    ).train()  # fmt: skip
+    assert collated.global_step == 1
