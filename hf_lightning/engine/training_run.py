@@ -98,8 +98,10 @@ class TrainingRun:
         trainer._hp_search_setup(self.trial)
         # A background checkpoint write of an earlier train() is committed before any checkpoint is chosen.
         self.checkpointing.wait_for_pending_write()
-        if args.should_save:  # before training: another live run writing into this folder is named
-            self.checkpointing.claim_run_dir(trainer._get_output_dir(trial=self.trial))
+        if args.should_save and self.trial is None:  # before training: another live run in this folder is named
+            # (a search trial's run folder is claimed by its first save; `_get_output_dir` is called as often as
+            # the reference calls it)
+            self.checkpointing.claim_run_dir(args.output_dir)
         try:
             with self.signals:
                 # Weights load before the optimizer exists, as the reference's train() does
