@@ -7,6 +7,7 @@ transformers, accelerate and datasets are never imported here.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import itertools
@@ -92,10 +93,36 @@ class HFDataLoader(DataLoader):
         # loop, which so draws no batch further ahead than accelerate's prepared loader does.
         self.end_of_dataloader = False
 
+    # accelerate's `remainder`: the samples of the last batch once an iteration has started (-1: unknown, or none to
+    # cut because the last batch is dropped); scripts and libraries written against the reference read it.
+    remainder = -1
+
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch `epoch` (sampler order, dataset `set_epoch`)."""
         self.iteration = epoch
         forward_set_epoch(self, epoch)
+
+    @property
+    def total_batch_size(self) -> int:
+        """Examples per step over all processes (accelerate's `total_batch_size`): the batch sampler's size, times
+        the processes it deals to unless it splits each batch across them."""
+        batch_sampler = self.sampler if isinstance(self.sampler, BatchSampler) else self.batch_sampler
+        if getattr(batch_sampler, "split_batches", False):
+            return batch_sampler.batch_size
+        return batch_sampler.batch_size * getattr(batch_sampler, "num_processes", 1)
+
+    @property
+    def total_dataset_length(self) -> int:
+        """accelerate's `total_dataset_length`: the dataset's `total_length` (a shard's whole), else its length."""
+        return self.dataset.total_length if hasattr(self.dataset, "total_length") else len(self.dataset)
+
+    def _start_remainder(self) -> None:
+        """accelerate's `begin()`: the last batch's samples, known from the lengths where the last batch is kept."""
+        self.remainder = -1
+        if self.drop_last or getattr(self.batch_sampler, "drop_last", False):
+            return
+        with contextlib.suppress(Exception):
+            self.remainder = getattr(self.dataset, "total_dataset_length", len(self.dataset)) % self.total_batch_size
 
     def skip_first_batches_once(self, num_batches: int) -> None:
         """Make the next iteration start at batch `num_batches` of its epoch (resume fast-forward).
@@ -137,6 +164,7 @@ class HFDataLoader(DataLoader):
 
     def _start_iteration(self) -> Iterator[Any]:
         self.end_of_dataloader = False
+        self._start_remainder()
         if self.synchronized_generator is not None:
             synchronize_generator(self.synchronized_generator)
         self.set_epoch(self.iteration)
