@@ -370,6 +370,7 @@ def _read_arguments_file(path: Path) -> Any:
             return json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError as error:
             raise ValueError(f"it is neither JSON nor a training_args.bin ({error.reason} at byte {error.start})") from None
+    # lazy: torch loads only for a training_args.bin; `explain ARGS.json` answers without it
     from hf_lightning.core.checkpoint_files import safe_torch_load
 
     try:
