@@ -9,6 +9,7 @@ facade holds only `_training_run`, this object while `train()` runs.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import warnings
 from typing import Any
@@ -19,6 +20,7 @@ import torch
 import hf_lightning.engine.schedule as schedule
 from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.callbacks import TrainerState
+from hf_lightning.checkpoint.restart import checkpoint_after_restart, launcher_restart
 from hf_lightning.checkpoint.resume import Resumer
 from hf_lightning.core.blocked_time import blocked_by
 from hf_lightning.core.devices import empty_device_cache, is_out_of_memory
@@ -35,6 +37,7 @@ from hf_lightning.engine.telemetry.flops import begin_measuring
 from hf_lightning.engine.training_banner import log_training_banner
 from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.loggers import publish_run_texts
+from hf_lightning.strategies.distributed import ensure_process_group
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +101,12 @@ class TrainingRun:
         trainer._hp_search_setup(self.trial)
         # A background checkpoint write of an earlier train() is committed before any checkpoint is chosen.
         self.checkpointing.wait_for_pending_write()
+        if launcher_restart() is not None or "TORCHELASTIC_RESTART_COUNT" in os.environ:
+            # Under torchrun, the group over this attempt's own store entries (args/process_group.py), before
+            # Lightning would make one over the agent's store.
+            ensure_process_group(args)
+        if resume_from_checkpoint is None:  # a launcher's restart continues the run (checkpoint/restart.py)
+            resume_from_checkpoint = checkpoint_after_restart(args)
         if args.should_save and self.trial is None:  # before training: another live run in this folder is named
             # (a search trial's run folder is claimed by its first save; `_get_output_dir` is called as often as
             # the reference calls it)
