@@ -38,6 +38,7 @@ from hf_lightning.engine.training_banner import log_training_banner
 from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.loggers import publish_run_texts
 from hf_lightning.strategies.distributed import ensure_process_group
+from hf_lightning.strategies.hung_process import hung_process_error, is_collective_timeout
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +216,13 @@ class TrainingRun:
                     # Lightning has shut down gracefully and turned Ctrl+C into SystemExit(1); the user's
                     # `except KeyboardInterrupt:` expects the interrupt itself, as from the reference's train().
                     raise interrupt from None
+                except RuntimeError as error:
+                    if not is_collective_timeout(error):
+                        raise
+                    # Who did not arrive, asked of the processes that did (strategies/hung_process.py).
+                    raise hung_process_error(
+                        error, step=trainer.state.global_step, timeout_seconds=trainer.args.ddp_timeout
+                    ) from error
             if not callback.started:
                 # Resumed from the final checkpoint: Lightning's loop had nothing to do and skipped on_train_start.
                 callback.on_train_start(lightning_trainer, module)
