@@ -133,7 +133,7 @@ def test_plot_performance_draws_each_window_from_run_performance_json(tmp_path):
         per_device_train_batch_size=2, max_steps=6, logging_steps=2,
     )
     trainer = HFLightningTrainer(
-        model=make_regression_mlp(), args=args, train_dataset=regression_data(12), telemetry=Telemetry(peak_flops=1e9, summary_file=True),
+        model=make_regression_mlp(), args=args, train_dataset=regression_data(12), telemetry=Telemetry(peak_flops=1e9, summary_file=True, flops="measure"),
     )
     trainer.train()
     windows = trainer._telemetry.last_summary["windows"]
