@@ -1,5 +1,7 @@
 """Run under `torch.distributed.run --nproc_per_node=2`: train with enable_jit_checkpoint while only rank 1 receives
-SIGTERM (at the named point `step:2`); each rank dumps the step train() returned at and the checkpoint's files."""
+SIGTERM (at the named point `step:2`); each rank dumps the step train() returned at and the checkpoint's files.
+`SIGTERM_PLAN=staggered`: rank 0 receives it at `step:2` and rank 1 at `step:3` (a scheduler signalling each process
+in turn); `JIT=0`: without enable_jit_checkpoint (every process then ends by the signal, as the reference's)."""
 
 from __future__ import annotations
 
@@ -18,12 +20,13 @@ def main(out_dir: str) -> None:
     from hf_lightning import Trainer, TrainingArguments
 
     rank = int(os.environ["RANK"])
-    if rank == 1:
-        os.environ[KILL_AT_ENV], os.environ[KILL_SIGNAL_ENV] = "step:2", "SIGTERM"
+    points = {1: "step:2"} if os.environ.get("SIGTERM_PLAN", "one") == "one" else {0: "step:2", 1: "step:3"}
+    if rank in points:
+        os.environ[KILL_AT_ENV], os.environ[KILL_SIGNAL_ENV] = points[rank], "SIGTERM"
     args = TrainingArguments(
         output_dir=os.path.join(out_dir, "run"), use_cpu=True, report_to="none", disable_tqdm=True,
         per_device_train_batch_size=2, max_steps=8, save_strategy="no", logging_steps=1, ddp_backend="gloo",
-        enable_jit_checkpoint=True,
+        enable_jit_checkpoint=os.environ.get("JIT", "1") == "1",
     )
     output = Trainer(model=DropoutMLP(0), args=args, train_dataset=regression_data(16)).train()
     folders = {

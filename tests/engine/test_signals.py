@@ -320,8 +320,7 @@ def test_slurm_requeue_signal_is_lightnings(tmp_path, monkeypatch):
 # ---- DDP: every process stops at the same boundary ---------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_under_ddp_a_sigterm_to_one_process_stops_all_at_one_boundary(tmp_path):
+def _jit_launch(tmp_path, **env) -> tuple[subprocess.CompletedProcess, float]:
     import socket
 
     with socket.socket() as sock:
@@ -332,11 +331,39 @@ def test_under_ddp_a_sigterm_to_one_process_stops_all_at_one_boundary(tmp_path):
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
         "--master_addr=127.0.0.1", script, str(tmp_path),
     ]
-    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    started = time.monotonic()
+    completed = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **env}
+    )
+    return completed, time.monotonic() - started
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("plan", "expected_step"), [("one", 3), ("staggered", 3)])
+def test_under_ddp_a_sigterm_to_one_process_stops_all_at_one_boundary(tmp_path, plan, expected_step):
+    """One process signalled, or each in turn (rank 0 after update 2, rank 1 after update 3): every process stops
+    at the same boundary, after one complete checkpoint, and train() returns on both (nobody waits in a collective)."""
+    completed, _ = _jit_launch(tmp_path, SIGTERM_PLAN=plan)
     assert completed.returncode == 0, completed.stderr[-4000:]
     results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert results[0] == results[1]  # the same step, the same folder seen by both
-    assert results[0]["global_step"] == 3  # rank 1's signal at the end of step 2: the next boundary
-    files = results[0]["checkpoints"]["checkpoint-3"]
+    assert results[0]["global_step"] == expected_step  # the first signal, at the end of step 2: the next boundary
+    files = results[0]["checkpoints"][f"checkpoint-{expected_step}"]
     assert {"rng_state_0.pth", "rng_state_1.pth", COMPLETE_MARKER_NAME} <= set(files)
-    assert checkpoint_problem(str(tmp_path / "run" / "checkpoint-3")) is None
+    assert checkpoint_problem(str(tmp_path / "run" / f"checkpoint-{expected_step}")) is None
+    assert list(results[0]["checkpoints"]) == [f"checkpoint-{expected_step}"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plan", ["one", "staggered"])
+def test_under_ddp_without_jit_every_process_ends_by_the_signal(tmp_path, plan):
+    """Without enable_jit_checkpoint a signalled process ends as the reference's (status 143, its one line) and the
+    launcher ends the others: nobody hangs in a collective, no checkpoint folder is left half written."""
+    completed, elapsed = _jit_launch(tmp_path, SIGTERM_PLAN=plan, JIT="0")
+    assert completed.returncode != 0
+    assert TERMINATED_MESSAGE in completed.stderr
+    assert "exitcode  : -15" in completed.stderr or "exitcode  : 143" in completed.stderr
+    assert elapsed < 120  # bounded by the launcher's teardown, not by a collective's timeout
+    assert not (tmp_path / "rank0.json").exists() and not (tmp_path / "rank1.json").exists()
+    leftovers = os.listdir(tmp_path / "run") if (tmp_path / "run").exists() else []
+    assert not [name for name in leftovers if name.startswith(("checkpoint-", ".checkpoint-"))]
