@@ -305,39 +305,24 @@ class BackgroundCheckpointWriter:
 
     def _write(self, checkpointer: Any, view: Any, save: PendingSave, group: Any) -> None:
         should_save = view.args.should_save
+
+        def write_own_part() -> None:
+            checkpointer.write_files(view, save.temporary_dir)
+            if not should_save:
+                own = os.path.join(save.temporary_dir, rng_state_file_name(view.args.world_size, view.args.process_index))
+                if os.path.exists(own):
+                    _fsync_file(own)
+
+        def commit() -> None:
+            if should_save:
+                checkpointer.commit(view, save.temporary_dir, save.final_dir, save.token)
+                checkpointer.rotate_after_save(view, save.run_dir, save.final_dir, save.token)
+
         try:
             reach("write_begin")
-            ok = True
-            try:
-                checkpointer.write_files(view, save.temporary_dir)
-                if not should_save:
-                    own = os.path.join(
-                        save.temporary_dir, rng_state_file_name(view.args.world_size, view.args.process_index)
-                    )
-                    if os.path.exists(own):
-                        _fsync_file(own)
-            except BaseException:
-                ok = False
-                raise
-            finally:
-                if group is not None:
-                    ok = _all_ranks_agree(ok, group) and ok
-            if not ok:
-                raise RuntimeError("another rank failed to write its part of the checkpoint")
-            committed = True
-            try:
-                if should_save:
-                    checkpointer.commit(view, save.temporary_dir, save.final_dir, save.token)
-                    checkpointer.rotate_after_save(view, save.run_dir, save.final_dir, save.token)
-            except BaseException:
-                committed = False
-                raise
-            finally:
-                # Every rank's write finishes only once the saving rank has committed (or failed to).
-                if group is not None:
-                    committed = _all_ranks_agree(committed, group) and committed
-            if not committed:
-                raise RuntimeError("the saving rank failed to commit the checkpoint")
+            _agreed(write_own_part, group, "another rank failed to write its part of the checkpoint")
+            # Every rank's write finishes only once the saving rank has committed (or failed to).
+            _agreed(commit, group, "the saving rank failed to commit the checkpoint")
         except BaseException as failure:  # re-raised on the training thread by wait()
             self._failure = failure
             if should_save:
@@ -353,6 +338,22 @@ def _fsync_file(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _agreed(step: Any, group: Any, failure: str) -> None:
+    """Run this rank's `step`, then agree with every rank that each ran its own (a MIN all-reduce over the writers'
+    group): this rank's error is raised, another rank's failure as `RuntimeError(failure)`."""
+    ok = True
+    try:
+        step()
+    except BaseException:
+        ok = False
+        raise
+    finally:
+        if group is not None:
+            ok = _all_ranks_agree(ok, group) and ok
+    if not ok:
+        raise RuntimeError(failure)
 
 
 def _all_ranks_agree(ok: bool, group: Any) -> bool:
