@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from hf_lightning.args.launcher import launch_layout
 
-__all__ = ["default_backend", "ensure_process_group"]
+__all__ = ["default_backend", "ensure_process_group", "under_elastic_agent"]
 
 _LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT")
 
@@ -72,14 +72,19 @@ def ensure_process_group(args: Any) -> bool:
     return True
 
 
+def under_elastic_agent() -> bool:
+    """Whether torchrun's elastic agent started this process (it sets the attempt counter, 0 on the first)."""
+    return "TORCHELASTIC_RESTART_COUNT" in os.environ
+
+
 def elastic_attempt_store(rank: int, world_size: int, timeout: timedelta) -> Any:
     """Under torchrun's elastic agent, the rendezvous store seen through a prefix of this attempt
     (`TORCHELASTIC_RESTART_COUNT`), so the workers of a restarted attempt never read the entries the dead attempt's
     workers left there (gloo then dials their closed ports: "connectFullMesh failed ... Connection refused").
     None outside torchrun: `init_process_group` builds its own store from MASTER_ADDR / MASTER_PORT."""
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if attempt is None:
+    if not under_elastic_agent():
         return None
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
     store = dist.TCPStore(
         host_name=os.environ["MASTER_ADDR"],

@@ -429,9 +429,9 @@ class HFLightningTrainer(
     def _check_train_labels(self) -> None:
         """At `train()`: the first train example's labels, as the default collator will batch them, in one error
         before training (a trainer built only to evaluate or predict may hold unlabelled train data)."""
-        base_model = data_layer.unwrap_peft_model(self.model)
         if self._default_collator is None or self.data_collator is not self._default_collator:
             return
+        base_model = data_layer.unwrap_peft_model(self.model)
         if not hasattr(base_model, "config"):  # a plain module: its data is its author's, read only by training
             return
         # The model's own loss, which transformers' models compute only when given labels.

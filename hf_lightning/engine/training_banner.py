@@ -4,7 +4,7 @@ Its lines, text and fields are the reference's `_inner_training_loop`'s (example
 batch sizes, accumulation, total updates, trainable parameters, and where a resume continues), on the
 reference's logger when transformers is loaded (hf_lightning/core/reference_logging.py). `log_level="info"`
 shows it; the default level does not, as in the reference. A resume is also said in one line that every log level
-shows (`resume_line`), so the progress bar's jump to the resumed step is explained.
+shows (`resumed_from_line`), so the progress bar's jump to the resumed step is explained.
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ def log_training_banner(trainer: TrainerLike, values: Any, resume_point: Any | N
             f" {resume_point.steps_trained_in_current_epoch} batches to resume from the exact training state."
         )
     if trainer.args.process_index == 0:
-        print(resume_line(trainer, values, resume_point), file=sys.stderr, flush=True)
+        print(resumed_from_line(trainer, values, resume_point), file=sys.stderr, flush=True)
 
 
-def resume_line(trainer: TrainerLike, values: Any, resume_point: Any) -> str:
+def resumed_from_line(trainer: TrainerLike, values: Any, resume_point: Any) -> str:
     """Where a resumed run continues, in one line: the checkpoint, the step of the total, the epoch and the batches
     of it already trained (skipped, not trained again)."""
     where = f"epoch {resume_point.epochs_trained}"

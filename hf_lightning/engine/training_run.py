@@ -9,7 +9,6 @@ facade holds only `_training_run`, this object while `train()` runs.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from typing import Any
@@ -37,7 +36,7 @@ from hf_lightning.engine.telemetry.flops import begin_measuring
 from hf_lightning.engine.training_banner import log_training_banner
 from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.loggers import publish_run_texts
-from hf_lightning.strategies.distributed import ensure_process_group
+from hf_lightning.strategies.distributed import ensure_process_group, under_elastic_agent
 from hf_lightning.strategies.hung_process import hung_process_error, is_collective_timeout
 
 logger = logging.getLogger(__name__)
@@ -102,9 +101,10 @@ class TrainingRun:
         trainer._hp_search_setup(self.trial)
         # A background checkpoint write of an earlier train() is committed before any checkpoint is chosen.
         self.checkpointing.wait_for_pending_write()
-        if launcher_restart() is not None or "TORCHELASTIC_RESTART_COUNT" in os.environ:
+        if under_elastic_agent() or launcher_restart() is not None:
             # Under torchrun, the group over this attempt's own store entries (args/process_group.py), before
-            # Lightning would make one over the agent's store.
+            # Lightning would make one over the agent's store; after any launcher's restart, the group that carries
+            # the first process's choice of checkpoint (checkpoint/restart.py).
             ensure_process_group(args)
         if resume_from_checkpoint is None:  # a launcher's restart continues the run (checkpoint/restart.py)
             resume_from_checkpoint = checkpoint_after_restart(args)

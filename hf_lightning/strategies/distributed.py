@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from hf_lightning.args.process_group import ensure_process_group
+from hf_lightning.args.process_group import ensure_process_group, under_elastic_agent
 from hf_lightning.data.sized import has_length
 from hf_lightning.translation.translate import planned_settings
 
@@ -32,6 +32,7 @@ __all__ = [
     "gather_object",
     "is_distributed",
     "pad_across_processes",
+    "under_elastic_agent",
     "world_size",
 ]
 
