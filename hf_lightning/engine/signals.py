@@ -9,8 +9,9 @@ Lightning's fit turns SIGTERM into an exit with status 0 and SIGINT into `System
   (hf_lightning/engine/jit_checkpoint.py, which imports no Lightning), installed for the whole `train()` call and
   again in place of Lightning's during fit; the checkpoint is taken at the next update boundary.
 - SIGINT: `KeyboardInterrupt` out of `train()` (`SystemExit` from Lightning's handling becomes it again).
-- Under SLURM with Lightning's auto-requeue (its `SLURMEnvironment` plugin), Lightning's own SIGTERM and
-  requeue-signal handling stay in place; SIGUSR1 is never touched here.
+- Under SLURM with Lightning's auto-requeue (its `SLURMEnvironment` plugin), Lightning's own SIGTERM handling stays
+  in place; its requeue signal (SIGUSR1) is served by hf_lightning/engine/slurm_requeue.py instead of Lightning's
+  handler: one complete HF checkpoint at the next update boundary, the job requeued, the process ended by the signal.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import lightning.pytorch as pl
 from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.engine.interrupt_report import own_line, resume_line
 from hf_lightning.engine.jit_checkpoint import JITCheckpointCallback
+from hf_lightning.engine.slurm_requeue import SlurmRequeue
 
 TERMINATED_MESSAGE = (
     "hf_lightning: received SIGTERM during train(); the process ends now (exit status 143). Set "
@@ -36,10 +38,17 @@ TERMINATED_MESSAGE = (
 class SignalBridge(pl.Callback):
     """Puts this module's SIGTERM handler in place of Lightning's once fit has registered its handlers."""
 
-    def __init__(self, jit: JITCheckpointCallback | None, before_train: Any, facade: TrainerLike | None = None):
+    def __init__(
+        self,
+        jit: JITCheckpointCallback | None,
+        before_train: Any,
+        facade: TrainerLike | None = None,
+        scope: SignalScope | None = None,
+    ):
         self._jit = jit
         self._before_train = before_train  # the SIGTERM handler in place when train() began
         self._facade = facade  # for the line naming the checkpoint to resume from
+        self._scope = scope  # receives the SLURM requeue request, when Lightning's auto-requeue is on
         self._lightning_trainer: pl.Trainer | None = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -50,6 +59,7 @@ class SignalBridge(pl.Callback):
         trainer.callbacks = [c for c in trainer.callbacks if c is not self]
         environment = trainer._accelerator_connector.cluster_environment
         if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
+            self._serve_requeue_signal(environment.requeue_signal)
             return  # Lightning's requeue protocol owns SIGTERM there
         self._lightning_trainer = trainer
         if self._jit is not None:
@@ -59,6 +69,16 @@ class SignalBridge(pl.Callback):
         else:
             handler = self._before_train  # the user's own handler (or SIG_IGN), as without Lightning
         _install(signal.SIGTERM, handler)  # Lightning's teardown puts back the handlers it found at fit start
+
+    def _serve_requeue_signal(self, signum: int) -> None:
+        """Our requeue in place of the handler Lightning registered at fit start; a user's own handler stays."""
+        from lightning.pytorch.trainer.connectors.signal_connector import _HandlersCompose
+
+        if self._scope is None or not isinstance(signal.getsignal(signum), _HandlersCompose):
+            return
+        requeue = SlurmRequeue(signum)
+        self._scope.requeue = requeue
+        _install(signum, requeue.request)
 
     def _terminate(self, signum: int, frame: Any) -> None:
         """End the process by the signal itself, as a process without a SIGTERM handler ends."""
@@ -94,6 +114,7 @@ class SignalScope:
     def __init__(self, facade: TrainerLike):
         self._facade = facade
         self.jit: JITCheckpointCallback | None = None
+        self.requeue: SlurmRequeue | None = None  # set at fit start under SLURM's auto-requeue
         self._before_train = signal.getsignal(signal.SIGTERM)
         for callback in facade.callback_handler.callbacks:
             if isinstance(callback, JITCheckpointCallback):
@@ -110,12 +131,26 @@ class SignalScope:
             _install(signal.SIGTERM, self._before_train)
 
     def checkpoint_pending(self) -> bool:
-        """Whether a SIGTERM checkpoint is due at the current update boundary."""
+        """Whether a SIGTERM or requeue checkpoint is due at the current update boundary (a requeue request also
+        stops training there)."""
+        if self.requeue is not None:
+            facade = self._facade
+            device = getattr(getattr(facade.lightning_trainer, "strategy", None), "root_device", None)
+            if self.requeue.due_now(device):
+                self.requeue.saved_at = facade.state.global_step
+                facade.control.should_training_stop = True
+                return True
         return self.jit is not None and self.jit.pending
+
+    def end_if_requeued(self) -> None:
+        """After fit, once the requeue checkpoint is complete on disk: requeue the job and end the process."""
+        if self.requeue is not None and self.requeue.saved_at is not None:
+            args = self._facade.args
+            self.requeue.requeue_and_end(args.output_dir, args.process_index == 0)
 
     def lightning_callback(self) -> SignalBridge:
         """The Lightning callback that replaces Lightning's SIGTERM handler during fit."""
-        return SignalBridge(self.jit, self._before_train, self._facade)
+        return SignalBridge(self.jit, self._before_train, self._facade, self)
 
 
 def keyboard_interrupt_of(exit_: SystemExit) -> KeyboardInterrupt | None:

@@ -232,6 +232,7 @@ class TrainingRun:
             # A background checkpoint write is committed (or its failure raised) before train() goes on.
             with blocked_by(trainer, "checkpoint"):
                 self.checkpointing.wait_for_pending_write(raise_failure=not failed)
+        self.signals.end_if_requeued()  # SLURM's requeue signal: the checkpoint is complete, the job requeued
         return self._finalize()
 
     def _finalize(self) -> TrainOutput:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from hf_lightning.callbacks import TrainerCallback
 from hf_lightning.checkpoint.files import PAUSE_AT_ENV, PAUSE_FDS_ENV, checkpoint_problem, list_checkpoints
 from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME
 from hf_lightning.engine.signals import TERMINATED_MESSAGE
+from hf_lightning.engine.slurm_requeue import REQUEUED_MESSAGE
 from hf_lightning.engine.trainer import HFLightningTrainer
 from tests.checkpoint.test_resume_safety import SETTINGS, assert_bit_identical, step_logs, train, weights
 from tests.models import DropoutMLP, regression_data
@@ -294,12 +296,11 @@ def test_sigint_in_the_reference_is_keyboard_interrupt_too(tmp_path):
     assert child.result()["raised"] == "KeyboardInterrupt"
 
 
-# ---- SLURM: Lightning's requeue keeps working -------------------------------------------------------------------
+# ---- SLURM: the requeue signal writes our checkpoint --------------------------------------------------------------
 
 
-def test_slurm_requeue_signal_is_lightnings(tmp_path, monkeypatch):
-    """Under SLURM (Lightning's `SLURMEnvironment`, auto-requeue on), SIGUSR1 saves Lightning's HPC checkpoint and
-    calls `scontrol requeue <job id>`, as in any Lightning run."""
+def _slurm_job(tmp_path, monkeypatch) -> Path:
+    """One SLURM task (Lightning's `SLURMEnvironment`, auto-requeue on) whose `scontrol` records its calls."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "scontrol-calls.txt"
@@ -309,12 +310,53 @@ def test_slurm_requeue_signal_is_lightnings(tmp_path, monkeypatch):
              "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     for key, value in slurm.items():
         monkeypatch.setenv(key, value)
-    run_dir = tmp_path / "run"
-    status, child = run_with_signal(tmp_path, our_training(run_dir), "step:3", signal.SIGUSR1)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (child.result(), child.stderr()[-3000:])
-    assert child.result()["global_step"] == 8  # the run goes on until SLURM ends it
+    return calls
+
+
+def test_slurm_requeue_signal_saves_our_checkpoint_requeues_and_the_job_continues(tmp_path, monkeypatch, straight):
+    """Under SLURM's auto-requeue, SIGUSR1 (the scheduler's warning) saves one complete HF checkpoint at the next
+    update boundary, requeues the job and ends the process by the signal, as the reference's process ends on it; the
+    requeued job continues from that checkpoint to the uninterrupted run's weights, bit for bit."""
+    calls = _slurm_job(tmp_path, monkeypatch)
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "ref").mkdir()
+    run_dir = tmp_path / "ours" / "run"
+    status, child = run_with_signal(tmp_path / "ours", our_training(run_dir), "step:3", signal.SIGUSR1)
+    reference, _ = run_with_signal(
+        tmp_path / "ref", reference_training(tmp_path / "ref" / "run", 3), "step:3", signal.SIGUSR1
+    )
+    assert os.WIFSIGNALED(reference) and os.WTERMSIG(reference) == signal.SIGUSR1
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGUSR1, (child.result(), child.stderr()[-3000:])
     assert calls.read_text().split() == ["requeue", "4242"]
-    assert [name for name in os.listdir(run_dir) if name.startswith("hpc_ckpt_")] == ["hpc_ckpt_1.ckpt"]
+    saved = run_dir / "checkpoint-3"  # the boundary after the signal, outside the save_steps=2 rule
+    assert checkpoint_problem(str(saved)) is None and (saved / COMPLETE_MARKER_NAME).exists()
+    assert not [name for name in os.listdir(run_dir) if name.startswith("hpc_ckpt_")]  # no Lightning file
+    assert f"{REQUEUED_MESSAGE} saved {saved} at step 3; the job is requeued and continues from it." in (
+        child.stderr().splitlines()
+    ), child.stderr()[-3000:]
+    # The requeued job runs the same script: it continues from checkpoint-3 (checkpoint/restart.py).
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    requeued = train(run_dir)
+    assert requeued.state.global_step == 8
+    assert_bit_identical(weights(requeued), weights(straight))
+    assert step_logs(requeued) == step_logs(straight)
+
+
+def test_a_users_requeue_signal_handler_is_kept_under_slurm(tmp_path, monkeypatch):
+    """A SIGUSR1 handler installed before train() stays in place (Lightning keeps it too): no checkpoint, no requeue."""
+    calls = _slurm_job(tmp_path, monkeypatch)
+    received = []
+
+    def work() -> dict:
+        signal.signal(signal.SIGUSR1, lambda signum, frame: received.append(signum))
+        result = our_training(tmp_path / "run")()
+        return {**result, "received": received}
+
+    status, child = run_with_signal(tmp_path, work, "step:3", signal.SIGUSR1)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (child.result(), child.stderr()[-3000:])
+    assert child.result()["global_step"] == 8 and child.result()["received"] == [signal.SIGUSR1]
+    assert not calls.exists()
+    assert not (tmp_path / "run" / "checkpoint-3").exists()
 
 
 # ---- DDP: every process stops at the same boundary ---------------------------------------------------------------
