@@ -19,6 +19,7 @@ import torch
 import hf_lightning.engine.schedule as schedule
 from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.callbacks import TrainerState
+from hf_lightning.checkpoint.global_batch import KEEP_GLOBAL_BATCH_ENV, accumulation_keeping_global_batch
 from hf_lightning.checkpoint.restart import checkpoint_after_restart, launcher_restart
 from hf_lightning.checkpoint.resume import Resumer
 from hf_lightning.core.blocked_time import blocked_by
@@ -117,6 +118,7 @@ class TrainingRun:
                 # Weights load before the optimizer exists, as the reference's train() does
                 # (hf_lightning/checkpoint/resume.py).
                 self.resume.prepare(resume_from_checkpoint)
+                self._keep_global_batch_if_asked()
                 return self._with_executable_batch_size()
         except KeyboardInterrupt as interrupt:
             # Where to resume from, then the interrupt (uncaught: one line, not a screen of traceback).
@@ -127,6 +129,28 @@ class TrainingRun:
             if trainer.neftune_noise_alpha is not None and hasattr(trainer, "neftune_hook_handle"):
                 trainer._deactivate_neftune()
             trainer.is_in_train = False
+
+    def _keep_global_batch_if_asked(self) -> None:
+        """`HF_LIGHTNING_KEEP_GLOBAL_BATCH=1` on a resume with another number of processes: the accumulation that
+        keeps the checkpoint's global batch, set on `args` and translated again before training
+        (checkpoint/global_batch.py)."""
+        if self.resume.files is None:
+            return
+        trainer = self.facade
+        accumulation = trainer.plan.module.gradient_accumulation_steps
+        per_device = trainer._train_batch_size
+        data_parallel = trainer.get_total_train_batch_size(trainer.args) // (per_device * accumulation)
+        kept = accumulation_keeping_global_batch(self.resume.files.checkpoint, per_device, data_parallel, accumulation)
+        if kept is None:
+            return
+        if trainer.args.process_index == 0:
+            logger.warning(
+                f"{KEEP_GLOBAL_BATCH_ENV}=1: gradient_accumulation_steps {accumulation} -> {kept}, so that "
+                f"{per_device} per device x {data_parallel} data-parallel process(es) x {kept} makes the "
+                f"{per_device * data_parallel * kept} samples per update {self.resume.files.checkpoint} was saved with."
+            )
+        trainer.args.gradient_accumulation_steps = kept
+        trainer._read_changed_arguments()
 
     def _with_executable_batch_size(self) -> TrainOutput:
         """`auto_find_batch_size`: on an out-of-memory error, retry the whole run at `int(0.9 * batch)`."""
