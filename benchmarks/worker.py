@@ -48,7 +48,7 @@ def run_job(job: dict[str, Any], scratch_root: str) -> dict[str, Any]:
     clock = StepClock()
     start = time.perf_counter()
     try:
-        workload = build_workload(job["workload"], job["scale"])
+        workload = build_workload(job["workload"], job["scale"], job.get("steps"))
         result.update(_runner(job["workload"], job["runner"])(workload, clock, output_dir))
         result["expected_steps"] = workload.max_steps
     except Exception:
