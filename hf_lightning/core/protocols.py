@@ -1,9 +1,9 @@
 """`TrainerLike` and `RunLike`: what one run's code uses of the facade and of the run.
 
-The facade (`engine/trainer.py`) calls into the run's code (`training_run.py`, `module.py`, the connectors,
+The facade (`engine/trainer.py`) calls into the run's code (`training_run.py`, `module.py`, the run's components,
 `checkpoint/resume.py`); naming the facade's class there would make each module depend on the other. `TrainerLike`
 states the surface instead: the reference-named attributes and methods a `Trainer` subclass may override, and the
-one reference to the current run (`_training_run`). `RunLike` is what the module, the connectors and the facade's
+one reference to the current run (`_training_run`). `RunLike` is what the module, the components and the facade's
 step methods read of that run (engine/training_run.py's `TrainingRun`, which imports them).
 """
 
@@ -106,7 +106,7 @@ class TrainerLike(Protocol):
 
 
 class RunLike(Protocol):
-    """One `train()` call as the Lightning module, the connectors and the facade's step methods see it."""
+    """One `train()` call as the Lightning module, the run's components and the facade's step methods see it."""
 
     facade: TrainerLike
     trial: Any

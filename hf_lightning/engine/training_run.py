@@ -2,8 +2,9 @@
 
 Kept apart from the facade so `trainer.py` holds the overridable API and this module holds the orchestration
 (API-1.4: the call order inside `train()`). The run owns the per-run state the reference keeps as private trainer
-attributes, and builds its connectors (resume, logging, evaluation, checkpointing) as Lightning's trainer does; the
-facade holds only `_training_run`, this object while `train()` runs.
+attributes, and builds its components (the Resumer, the LoggingConnector, the Checkpointer it shares with the
+facade) as Lightning's trainer builds its own; the facade holds only `_training_run`, this object while `train()`
+runs.
 """
 
 from __future__ import annotations

@@ -118,15 +118,6 @@ def _ddp_timeout(field: str, value: Any, ctx: Context) -> Decision:
 # ------------------------------------------------------------------ FSDP
 
 
-def _needs_cuda(ctx: Context, what: str, field: str) -> Decision | None:
-    if ctx.accelerator != "gpu":
-        return refused(
-            f"{what} needs CUDA GPUs, and this run has none (use_cpu=True or no CUDA device); "
-            f"remove {field}, or run on CUDA GPUs"
-        )
-    return None
-
-
 def fsdp_plugin_args(args: Any) -> dict[str, Any]:
     """The reference's `fsdp_plugin_args` (what it passes to accelerate's FSDP plugin), computed without touching
     `args` or the environment: `fsdp_config` with `fsdp_` prefixes stripped, legacy `fsdp` words applied (R7.2),

@@ -221,7 +221,7 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "save_only_model",
         False,
-        _save_option("checkpoint/saving.py: model weights only"),
+        _save_option("checkpoint/checkpointer.py: model weights only, no optimizer, scheduler or RNG files"),
         "checkpoints without optimizer state",
     ),
     FieldEntry(
@@ -239,13 +239,13 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "save_on_each_node",
         False,
-        _save_option("checkpoint/saving.py: local rank 0 of every node saves"),
+        _save_option("checkpoint/checkpointer.py: local rank 0 of every node saves"),
         "which processes save",
     ),
     FieldEntry(
         "save_total_limit",
         None,
-        _save_option("checkpoint/saving.py: rotation, keeping the best (CKPT-3.9)"),
+        _save_option("checkpoint/files.py rotate_checkpoints: rotation, keeping the best (CKPT-3.9)"),
         "checkpoint rotation",
     ),
     FieldEntry(
