@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hf_lightning.checkpoint.files import clean_scratch_folders, reach
+from hf_lightning.checkpoint.fault_points import reach
+from hf_lightning.checkpoint.files import clean_scratch_folders
 from hf_lightning.core.checkpoint_files import rng_state_file_name
 from hf_lightning.strategies.distributed import is_distributed
 

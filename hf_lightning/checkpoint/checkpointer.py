@@ -21,13 +21,13 @@ from typing import Any
 
 from hf_lightning.checkpoint.async_writes import BackgroundCheckpointWriter, PendingSave, async_writes_enabled
 from hf_lightning.checkpoint.durability import fsync_tree, writeback_while_writing
+from hf_lightning.checkpoint.fault_points import reach
 from hf_lightning.checkpoint.files import (
     checkpoints_to_delete_at_train_end,
     clean_scratch_folders,
     commit_checkpoint,
     delete_checkpoint,
     list_checkpoints,
-    reach,
     rotate_checkpoints,
     temporary_checkpoint_dir,
     write_complete_marker,

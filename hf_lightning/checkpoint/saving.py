@@ -18,12 +18,12 @@ from typing import Any
 
 from hf_lightning.callbacks import is_exportable_state
 from hf_lightning.checkpoint.checkpointer import BEST_TRACKING_SAVE_STRATEGIES, Checkpointer
+from hf_lightning.checkpoint.fault_points import reach
 from hf_lightning.checkpoint.files import (
     checkpoints_to_delete,
     checkpoints_to_delete_at_train_end,
     get_last_checkpoint,
     is_complete_checkpoint,
-    reach,
 )
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
 from hf_lightning.checkpoint.output_folder import apply_umask

@@ -18,7 +18,7 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.strategies import Strategy
 
 import hf_lightning.engine.schedule as schedule
-from hf_lightning.checkpoint.files import faults_armed, reach
+from hf_lightning.checkpoint.fault_points import faults_armed, reach
 from hf_lightning.core.autocast import planned_autocast_dtype
 from hf_lightning.core.protocols import RunLike, TrainerLike
 from hf_lightning.engine.input_checks import empty_epoch_error
@@ -111,7 +111,7 @@ class _FitView:
             and type(module)._forward_precision_context is _BASE_FORWARD_CONTEXT
             and type(module)._sync_context is _BASE_SYNC_CONTEXT
         )
-        self.faults_armed = faults_armed()  # the fault-injection tests' step points (checkpoint/files.py)
+        self.faults_armed = faults_armed()  # the fault-injection tests' step points (checkpoint/fault_points.py)
 
 
 _BATCH_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
@@ -232,7 +232,7 @@ class HFLightningModule(pl.LightningModule):
 
     def on_train_batch_end(self, *args: Any) -> None:
         # After every callback's `on_train_batch_end` (Lightning calls the module last): the step is logged,
-        # evaluated and saved. Fault tests stop the run here (checkpoint/files.py's `reach`), armed before the fit.
+        # evaluated and saved. Fault tests stop the run here (checkpoint/fault_points.py's `reach`), armed before the fit.
         if self._fit_view().faults_armed:
             reach(f"step:{self._facade.state.global_step}")
 

@@ -18,7 +18,8 @@ from lightning.pytorch.plugins.io import AsyncCheckpointIO
 
 from hf_lightning import TrainingArguments
 from hf_lightning.checkpoint.async_writes import BackgroundCheckpointWriter, copy_state
-from hf_lightning.checkpoint.files import fault_hook, is_complete_checkpoint
+from hf_lightning.checkpoint.fault_points import fault_hook
+from hf_lightning.checkpoint.files import is_complete_checkpoint
 from hf_lightning.core.checkpoint_files import (
     COMPLETE_MARKER_NAME,
     SAFE_WEIGHTS_NAME,

@@ -24,7 +24,7 @@ import torch
 import hf_lightning.checkpoint.files as checkpoint_files
 from hf_lightning.callbacks import ExportableState, TrainerCallback, TrainerControl, TrainerState
 from hf_lightning.checkpoint.checkpointer import Checkpointer
-from hf_lightning.checkpoint.files import SAVE_POINTS, fault_hook
+from hf_lightning.checkpoint.fault_points import SAVE_POINTS, fault_hook
 from hf_lightning.checkpoint.saving import (
     CheckpointMixin,
     checkpoints_to_delete,

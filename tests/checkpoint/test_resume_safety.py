@@ -19,7 +19,8 @@ import torch
 
 from hf_lightning import TrainingArguments
 from hf_lightning.callbacks import TrainerCallback
-from hf_lightning.checkpoint.files import KILL_AT_ENV, is_complete_checkpoint
+from hf_lightning.checkpoint.fault_points import KILL_AT_ENV
+from hf_lightning.checkpoint.files import is_complete_checkpoint
 from hf_lightning.core.checkpoint_files import (
     COMPLETE_MARKER_NAME,
     OPTIMIZER_NAME,

@@ -11,7 +11,8 @@ import re
 import pytest
 import torch
 
-from hf_lightning.checkpoint.files import fault_hook, list_checkpoints
+from hf_lightning.checkpoint.fault_points import fault_hook
+from hf_lightning.checkpoint.files import list_checkpoints
 from hf_lightning.core.checkpoint_files import OPTIMIZER_NAME
 from tests.checkpoint.test_resume_safety import train
 

@@ -59,7 +59,7 @@ def _slow_commit(point: str) -> None:
 def main(side: str, out_dir: str) -> None:
     from hf_lightning import Trainer, TrainingArguments
     from hf_lightning.callbacks import TrainerCallback
-    from hf_lightning.checkpoint.files import fault_hook
+    from hf_lightning.checkpoint.fault_points import fault_hook
 
     report = {}
     for mode in ("sync", "async"):

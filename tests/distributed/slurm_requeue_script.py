@@ -11,7 +11,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from hf_lightning.checkpoint.files import KILL_AT_ENV, KILL_SIGNAL_ENV  # noqa: E402
+from hf_lightning.checkpoint.fault_points import KILL_AT_ENV, KILL_SIGNAL_ENV  # noqa: E402
 from tests.models import DropoutMLP, regression_data  # noqa: E402
 
 

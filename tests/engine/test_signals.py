@@ -1,7 +1,7 @@
 """Signals during train(), sent to real child processes standing at named points.
 
 Each child is forked from this (already imported) test process, so it starts in milliseconds. It trains until a
-named point (`checkpoint_files.reach`: `step:<N>` or a save point), tells the parent, and waits; the parent sends
+named point (`fault_points.reach`: `step:<N>` or a save point), tells the parent, and waits; the parent sends
 the signal, then lets it go on. The reference is driven the same way through a callback at the same step.
 """
 
@@ -22,7 +22,8 @@ import transformers
 
 from hf_lightning import TrainingArguments
 from hf_lightning.callbacks import TrainerCallback
-from hf_lightning.checkpoint.files import PAUSE_AT_ENV, PAUSE_FDS_ENV, checkpoint_problem, list_checkpoints
+from hf_lightning.checkpoint.fault_points import PAUSE_AT_ENV, PAUSE_FDS_ENV
+from hf_lightning.checkpoint.files import checkpoint_problem, list_checkpoints
 from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME
 from hf_lightning.engine.signals import TERMINATED_MESSAGE
 from hf_lightning.engine.slurm_requeue import REQUEUED_MESSAGE
@@ -155,9 +156,9 @@ class PauseAtStepEnd(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == self.step:
-            from hf_lightning.checkpoint import files
+            from hf_lightning.checkpoint import fault_points
 
-            files._pause(f"step:{self.step}")
+            fault_points._pause(f"step:{self.step}")
 
 
 def reference_training(run_dir, step: int) -> Callable[[], dict]:

@@ -14,7 +14,7 @@ from lightning.pytorch.plugins.io import AsyncCheckpointIO
 from torch.utils.data import Dataset, default_collate
 
 from hf_lightning import Telemetry, Trainer, TrainingArguments
-from hf_lightning.checkpoint.files import fault_hook
+from hf_lightning.checkpoint.fault_points import fault_hook
 from tests.models import RegressionMLP, make_regression_mlp, make_tiny_gpt2, padded_lm_data, regression_data
 
 
