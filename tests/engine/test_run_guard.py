@@ -46,7 +46,12 @@ class Stream(IterableDataset):
         self.items = items
 
     def __iter__(self):
-        return iter(self.items)
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return iter(self.items)
+        # Worker w yields batches w, w + workers, ...: the loader's round-robin order is the stream's order.
+        batches = [self.items[i : i + BATCH] for i in range(0, len(self.items), BATCH)]
+        return (item for batch in batches[info.id :: info.num_workers] for item in batch)
 
 
 def _items(n: int, bad: list[int], kind: str) -> list[dict]:
@@ -201,3 +206,19 @@ def test_no_event_changes_nothing(tmp_path):
 def test_bad_settings_are_named():
     with pytest.raises(ValueError, match="action='undo'.*window=0"):
         RunGuard("undo", window=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("data", ["map", "iterable"])
+@pytest.mark.parametrize("action", ["skip", "rollback"])
+def test_two_dataloader_workers(tmp_path, data, action):
+    ga, n = 2, 40
+    bad = _bad_window(4, ga)
+    items = _items(n, bad, "nan")
+    order = [i for i in range(n) if i not in bad]
+    reference = _train(tmp_path, "reference", ga=ga, order=order, items=_items(n, bad, "explode"), data=data,
+                       save_steps=0, workers=2)  # fmt: skip
+    guard = RunGuard(action, **SETTINGS)
+    guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=items, data=data, guard=guard, workers=2)
+    assert _max_difference(_weights(guarded), _weights(reference)) == 0.0
+    assert [e["batches"] for e in guard.events] == [[4 * ga, 5 * ga - 1]]
