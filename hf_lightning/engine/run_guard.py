@@ -145,7 +145,7 @@ class RunGuard(pl.Callback):
             run.updates_done_in_epoch -= 1  # an unsized pass is `max_steps` updates: this window made none
         event = self._event(facade, step + 1, verdict, window, "skip")
         if self._too_many(step + 1):
-            self._stop(facade, run, event, save_now=True)
+            self._stop(facade, run, event, save_now=True, reason=self._too_many_reason())
         return True
 
     def record(self, step: int, losses: list, grad_norm: Any, window: tuple[int, int, int]) -> None:
@@ -175,12 +175,17 @@ class RunGuard(pl.Callback):
             if verdict is None:
                 self._accept(step, values)
                 continue
-            if self.action == "rollback" and not self._too_many(step):
+            reason = "action='stop'"
+            if self.action == "rollback":
                 found = checkpoint_before(facade._get_output_dir(trial=run.trial), step)
-                if found is not None:
+                if self._too_many(step):
+                    reason = self._too_many_reason()
+                elif found is None:
+                    reason = "no complete checkpoint to roll back to precedes the event"
+                else:
                     self._rollback(facade, run, self._event(facade, step, verdict, window, "rollback"), found)
                     return
-            self._stop(facade, run, self._event(facade, step, verdict, window, "stop"), save_now=at_end)
+            self._stop(facade, run, self._event(facade, step, verdict, window, "stop"), save_now=at_end, reason=reason)
             return
 
     # ---- judging (Lightning's SpikeDetection) ---------------------------------------------------------------------
@@ -204,6 +209,9 @@ class RunGuard(pl.Callback):
             detector = self._detectors.get(name)
             if detector is not None:
                 detector._update_stats(torch.tensor(value))
+
+    def _too_many_reason(self) -> str:
+        return f"{self.max_events} events within {self.within_steps} updates (max_events={self.max_events})"
 
     def _too_many(self, step: int) -> bool:
         recent = [event for event in self.events if event["step"] > step - self.within_steps]
@@ -242,7 +250,7 @@ class RunGuard(pl.Callback):
         control.should_training_stop = True
         logger.warning(f"RunGuard: rolling back to {checkpoint} (step {saved_step}) and leaving those batches out.")
 
-    def _stop(self, facade: Any, run: Any, event: dict, save_now: bool) -> None:
+    def _stop(self, facade: Any, run: Any, event: dict, save_now: bool, reason: str) -> None:
         control = facade.control
         control.should_training_stop = True
         run.guard_halted = True
@@ -251,7 +259,7 @@ class RunGuard(pl.Callback):
         else:
             control.should_save = True  # saved at this step boundary, right after the decision
         found = checkpoint_before(facade._get_output_dir(trial=run.trial), event["step"])
-        run.guard_stop = _stop_message(self, event, facade.state.global_step, found)
+        run.guard_stop = _stop_message(event, facade.state.global_step, found, reason)
 
 
 def _check_settings(action, mode, window, warmup, max_events, within_steps, check_every_n_steps) -> None:
@@ -316,13 +324,8 @@ def _event_line(event: dict[str, Any]) -> str:
     )
 
 
-def _stop_message(guard: RunGuard, event: dict, global_step: int, found: tuple[int, str] | None) -> str:
+def _stop_message(event: dict, global_step: int, found: tuple[int, str] | None, reason: str) -> str:
     first, last = event["batches"]
-    reason = (
-        f"{len(guard.events)} events within {guard.within_steps} updates (max_events={guard.max_events})"
-        if guard.action != "stop"
-        else "action='stop'"
-    )
     where = (
         f"{found[1]} (step {found[0]}) is the newest complete checkpoint before the event: resume from it with "
         "RunGuard(action='rollback') or 'skip' to leave these batches out"

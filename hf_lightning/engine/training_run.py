@@ -69,7 +69,7 @@ class TrainingRun:
         self.signals = SignalScope(facade)  # SIGTERM / SIGINT during this call (hf_lightning/engine/signals.py)
         # The run guard among the Lightning callbacks (engine/run_guard.py), None when off; the windows it took out
         # of this run's path (also read from a resumed checkpoint, and written into every later one).
-        self.guard: RunGuard | None = next((c for c in facade.lightning_callbacks if isinstance(c, RunGuard)), None)
+        self.guard: RunGuard | None = _run_guard_of(facade)
         self.skipped_windows = SkippedWindows()
         self.rollback_to: str | None = None  # the checkpoint a guard's rollback reloads once the fit has ended
         self.guard_halted = False  # a guard decided to roll back or stop: this path logs, evaluates and saves no more
@@ -296,6 +296,14 @@ class TrainingRun:
         if trainer._telemetry is not None:  # the run's summary: printed (run_performance.json when asked)
             trainer._telemetry.finish_training()
         return TrainOutput(trainer.state.global_step, train_loss, metrics)
+
+
+def _run_guard_of(trainer: TrainerLike) -> RunGuard | None:
+    """The run guard among the Lightning callbacks: `callbacks=` of the trainer, or a config's `trainer: callbacks:`
+    (`lightning_trainer_overrides`)."""
+    overrides = getattr(trainer, "lightning_trainer_overrides", None) or {}
+    callbacks = list(trainer.lightning_callbacks) + list(overrides.get("callbacks") or [])
+    return next((callback for callback in callbacks if isinstance(callback, RunGuard)), None)
 
 
 def _enable_activation_checkpointing(trainer: TrainerLike) -> None:
