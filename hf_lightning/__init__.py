@@ -31,6 +31,8 @@ _EXPORTS = {
     "EarlyStoppingCallback": "hf_lightning.callbacks",
     "NotebookProgressCallback": "hf_lightning.callbacks.notebook",
     "Telemetry": "hf_lightning.engine.telemetry.callback",
+    "RunGuard": "hf_lightning.engine.run_guard",
+    "RunGuardStop": "hf_lightning.engine.run_guard",
     "plot_log_history": "hf_lightning.integrations.plotting",
     "plot_performance": "hf_lightning.integrations.plotting",
     "save_training_plot": "hf_lightning.integrations.plotting",

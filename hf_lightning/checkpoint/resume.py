@@ -43,6 +43,7 @@ from hf_lightning.core.checkpoint_files import (
 from hf_lightning.core.enums import enum_value
 from hf_lightning.core.protocols import RunLike, TrainerLike
 from hf_lightning.core.reference_logging import reference_logger, warning_once
+from hf_lightning.data.position_files import SKIPPED_WINDOWS_KEY, windows_left_out
 from hf_lightning.strategies.checkpoint_io import optimizer_map_location
 from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.portable_state import has_model_state
@@ -393,10 +394,15 @@ class Resumer:
             trainer._load_callback_state()
         _warn_on_global_batch_change(files.checkpoint, values.total_train_batch_size, args.process_index)
         upe = values.num_update_steps_per_epoch
-        point.epochs_trained = int(trainer.state.global_step // upe)
+        # Windows a run guard took out of the path were drawn without an update (engine/guard_path.py).
+        saved = files.data_position
+        windows_done = trainer.state.global_step + windows_left_out(
+            None if saved is None else saved.position, trainer.state.global_step
+        )
+        point.epochs_trained = int(windows_done // upe)
         if not plan.checkpointing.ignore_data_skip:
             point.steps_trained_in_current_epoch = (
-                trainer.state.global_step % upe
+                windows_done % upe
             ) * trainer.plan.module.gradient_accumulation_steps
             continuation = plan_continuation(
                 files.data_position,
@@ -409,6 +415,11 @@ class Resumer:
             point.steps_trained_in_current_epoch = continuation.batch
             point.data_state = continuation.state
         # The banner says where the run continues (hf_lightning/engine/training_banner.py).
+
+    def skipped_windows(self) -> list[dict[str, int]]:
+        """The windows a run guard took out of the path before the resumed checkpoint (its data position's record)."""
+        saved = None if self.files is None else self.files.data_position
+        return [] if saved is None else list(saved.position.get(SKIPPED_WINDOWS_KEY, []))
 
     def position_lightning_loops(self, lightning_trainer: pl.Trainer) -> None:
         """Start Lightning's counters at the checkpoint: `current_epoch` = epochs trained, `global_step` = the

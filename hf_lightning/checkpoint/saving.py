@@ -43,6 +43,7 @@ from hf_lightning.core.checkpoint_files import (
     rng_state_file_name,
 )
 from hf_lightning.core.enums import enum_value
+from hf_lightning.data.position_files import SKIPPED_WINDOWS_KEY
 from hf_lightning.strategies.build import checkpoint_io_for
 from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO
 
@@ -227,9 +228,16 @@ class CheckpointMixin(MetricsIOMixin):
         module = getattr(run, "module", None)
         if record is None or module is None:
             return None
-        return record(
-            global_step=self.state.global_step, epoch=module.current_epoch, batch=module.batches_trained_in_epoch
+        skipped = getattr(run, "skipped_windows", None)
+        position = record(
+            global_step=self.state.global_step,
+            epoch=module.current_epoch,
+            batch=module.batches_trained_in_epoch,
+            always=bool(skipped),
         )
+        if skipped and position is not None:  # windows a run guard took out of the path: a resume places the data past them too
+            position = dataclasses.replace(position, position={**position.position, SKIPPED_WINDOWS_KEY: skipped.as_json()})
+        return position
 
     def _refresh_stateful_callbacks(self) -> None:
         # Refresh every exportable callback's entry (and TrainerControl's) from its current state. Several

@@ -125,3 +125,8 @@ class RunLike(Protocol):
     logging: Any  # engine.logging_connector.LoggingConnector
     checkpointing: Any  # checkpoint.checkpointer.Checkpointer
     signals: Any  # engine.signals.SignalScope
+    guard: Any  # engine.run_guard.RunGuard, None when off
+    skipped_windows: Any  # engine.guard_path.SkippedWindows
+    rollback_to: str | None
+    guard_halted: bool
+    guard_stop: str | None

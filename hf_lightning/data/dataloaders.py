@@ -137,11 +137,14 @@ class HFDataLoader(DataLoader):
             raise ValueError(f"skip_first_batches_once: num_batches must be >= 0, got {num_batches}.")
         self._skip_next_iteration = num_batches
 
-    def position_record(self, *, global_step: int, epoch: int, batch: int) -> DataPositionRecord | None:
+    def position_record(
+        self, *, global_step: int, epoch: int, batch: int, always: bool = False
+    ) -> DataPositionRecord | None:
         """What a checkpoint at `global_step` keeps of this train loader, `batch` batches into pass `epoch` (None for a
-        loader that records nothing). A pass already completed is the next one's start."""
+        loader that records nothing). A pass already completed is the next one's start. `always`: also for a
+        map-style dataset read by index (a run guard took windows out, so the step is not the position)."""
         positions = self.positions
-        if positions is None or (positions.restore == "sampler" and not positions.stateful):
+        if positions is None or (positions.restore == "sampler" and not positions.stateful and not always):
             return None  # a map-style dataset read by index: trainer_state.json's step is its position, as the reference's
         if self.iteration > epoch:  # the pass ended and its end was counted (an epoch-end save)
             return positions.record(global_step=global_step, epoch=self.iteration, batch=0, end_of_epoch=False)

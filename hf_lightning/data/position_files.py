@@ -39,6 +39,10 @@ RESTORE_MODES = ("sampler", "dataset_state", "examples_drawn", "replay")
 _STATE_PREFIX = "hf_lightning_data_state"
 DATA_STATE_PATTERN = re.compile(rf"^{_STATE_PREFIX}(_\d+)?\.safetensors$")
 _TENSOR_KEY = "__tensor__"
+# Present when a run guard took windows out of the run's path (engine/guard_path.py): one
+# {"epoch", "first", "count", "at_step"} entry each; the data then stands that many windows past `global_step`.
+SKIPPED_WINDOWS_KEY = "run_guard_skipped"
+_SKIPPED_FIELDS = ("epoch", "first", "count", "at_step")
 
 
 def data_state_file_name(world_size: int, process_index: int) -> str:
@@ -153,7 +157,19 @@ def read_data_position(path: str) -> dict[str, Any]:
         raise ValueError(_damaged(path, f"`restore` is {position['restore']!r}, not one of {RESTORE_MODES}"))
     if not isinstance(position.get("batch_size"), (int, type(None))):
         raise ValueError(_damaged(path, "`batch_size` is not an integer"))
+    skipped = position.get(SKIPPED_WINDOWS_KEY, [])
+    if not isinstance(skipped, list) or not all(
+        isinstance(entry, dict) and all(type(entry.get(key)) is int for key in _SKIPPED_FIELDS) for entry in skipped
+    ):
+        raise ValueError(_damaged(path, f"`{SKIPPED_WINDOWS_KEY}` is not a list of {_SKIPPED_FIELDS} integers"))
     return position
+
+
+def windows_left_out(position: dict[str, Any] | None, global_step: int) -> int:
+    """How many windows a run guard took out of the path before a checkpoint at `global_step` (0 without one)."""
+    if position is None:
+        return 0
+    return sum(1 for entry in position.get(SKIPPED_WINDOWS_KEY, []) if entry["at_step"] < global_step)
 
 
 def read_data_state(path: str) -> Any:

@@ -21,6 +21,7 @@ import hf_lightning.engine.schedule as schedule
 from hf_lightning.checkpoint.fault_points import faults_armed, reach
 from hf_lightning.core.autocast import planned_autocast_dtype
 from hf_lightning.core.protocols import RunLike, TrainerLike
+from hf_lightning.engine.guard_path import discard_skipped_windows
 from hf_lightning.engine.input_checks import empty_epoch_error
 from hf_lightning.engine.loss import UnusedItemCountProbe
 from hf_lightning.engine.precision import forward_autocast
@@ -84,7 +85,7 @@ class _FitView:
 
     __slots__ = (
         "strategy", "root_device", "scaler", "plain_forward", "faults_armed", "optimizer",
-        "counter", "data_clock", "optimizer_clock", "batch_iterator",
+        "counter", "data_clock", "optimizer_clock", "batch_iterator", "guard",
     )
 
     def __init__(self, module: HFLightningModule) -> None:
@@ -112,6 +113,7 @@ class _FitView:
             and type(module)._sync_context is _BASE_SYNC_CONTEXT
         )
         self.faults_armed = faults_armed()  # the fault-injection tests' step points (checkpoint/fault_points.py)
+        self.guard = getattr(module._run, "guard", None)  # the run guard, None when off (engine/run_guard.py)
 
 
 _BATCH_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
@@ -130,7 +132,7 @@ def _is_plain_batch_transfer(module: pl.LightningModule) -> bool:
 # ours. `nn.Module.__setattr__` would look each one up among parameters, buffers and submodules first; none of
 # them is ever one of those, so the lookup can only end in `object.__setattr__`.
 _PLAIN_STEP_ATTRIBUTES = frozenset(
-    {"_current_fx_name", "_micro_batch_index", "sync_gradients", "end_of_dataloader"}
+    {"_current_fx_name", "_micro_batch_index", "sync_gradients", "end_of_dataloader", "_guard_window"}
 )
 
 
@@ -152,6 +154,8 @@ class HFLightningModule(pl.LightningModule):
         self._plain_transfer: bool | None = None  # decided once the Lightning trainer is attached
         self._update_dispatch = UpdateDispatch()
         self._fit: _FitView | None = None  # looked up at the first step of each fit
+        # With a run guard: this window's (epoch, first micro-batch, count), losses and random state.
+        self._guard_window: tuple[tuple[int, int, int], list, Any] | None = None
         # Whether this micro-batch closes the window (accelerate's `sync_gradients`; DeepSpeed reads it).
         self.sync_gradients = True
         # Whether the epoch's last batch has been drawn (accelerate's `gradient_state.end_of_dataloader`: true for
@@ -248,6 +252,8 @@ class HFLightningModule(pl.LightningModule):
         fit = self._fit_view()
         epoch_iterator = fit.batch_iterator(dataloader_iter, self, fit)
         run.resume.skip_replayed_batches(dataloader_iter)
+        if run.skipped_windows and discard_skipped_windows(self, run, dataloader_iter):
+            return  # the windows a run guard took out of this path ended the epoch (engine/guard_path.py)
         update_index = run.updates_done_in_epoch
         num_batches = schedule.window_size(
             update_index, run.values.num_update_steps_per_epoch, run.values.steps_in_epoch, self._ga
@@ -264,6 +270,10 @@ class HFLightningModule(pl.LightningModule):
         facade.current_gradient_accumulation_steps = len(batch_samples)
         model = facade.model_wrapped
         probed_count = self._item_count_probe.arm(facade, num_items_in_batch, len(batch_samples))
+        guard = fit.guard
+        if guard is not None:
+            window = (self.current_epoch, self._micro_batch_index + 1, len(batch_samples))
+            self._guard_window = (window, [], guard.snapshot(self.device))
         last_index = len(batch_samples) - 1
         for index, inputs in enumerate(batch_samples):
             self._micro_batch_index += 1
@@ -287,7 +297,12 @@ class HFLightningModule(pl.LightningModule):
                     )
             if index == 0:
                 self._item_count_probe.check(facade.model)
-            facade._accumulate_loss(loss_step)
+            if guard is None:
+                facade._accumulate_loss(loss_step)
+            else:  # the guard's `skip` adds the window's losses only to an update it lets through
+                self._guard_window[1].append(loss_step)
+                if not guard.decides_each_update:
+                    facade._accumulate_loss(loss_step)
             facade.current_flos += float(facade.floating_point_ops(inputs))
             facade._track_num_input_tokens(inputs)
             if fit.counter is not None:
@@ -327,6 +342,13 @@ class HFLightningModule(pl.LightningModule):
         fit = self._fit_view()
         optimizer = fit.optimizer
         grad_norm = facade._clip_grad_norm(facade.model_wrapped)
+        guard = fit.guard
+        if guard is not None and guard.decides_each_update:
+            window, losses, snapshot = self._guard_window
+            if guard.rejects_update(self, losses, grad_norm, window, snapshot):
+                return  # left out: no step, no scheduler step, no step counter (engine/run_guard.py)
+            for loss_step in losses:
+                facade._accumulate_loss(loss_step)
         facade._fire("on_pre_optimizer_step")
         scale_before = self._grad_scale()
         clock = fit.optimizer_clock
@@ -345,6 +367,9 @@ class HFLightningModule(pl.LightningModule):
             facade.lr_scheduler.step()
         facade.model_wrapped.zero_grad()
         facade.state.global_step += 1
+        if guard is not None and not guard.decides_each_update:
+            window, losses, _ = self._guard_window
+            guard.record(facade.state.global_step, losses, grad_norm, window)
         epoch = self.current_epoch  # Lightning's epoch counter moves only between epochs
         facade.state.epoch = schedule.epoch_float(epoch, micro_batch_index, run.values.steps_in_epoch)
         facade._fire("on_step_end")

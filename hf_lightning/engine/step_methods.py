@@ -268,8 +268,16 @@ class TrainingStepMixin:
     ) -> None:
         """Log, then evaluate, then save, as the flow callbacks decided (EVAL-2.17), through the run's components."""
         run = self._training_run
-        if self.control.should_log and self.state.global_step > run.logging.globalstep_last_logged:
+        if run.guard_halted:  # a run guard rolls back or stops: nothing more of this path is logged or saved
+            return
+        logs_now = self.control.should_log and self.state.global_step > run.logging.globalstep_last_logged
+        if logs_now:
             run.logging.log_training_window(grad_norm, learning_rate)
+        guard = run.guard
+        if guard is not None and guard.due(logs_now, self.state, self.args):  # rollback / stop decide here
+            guard.decide(self, run)
+            if run.rollback_to is not None:
+                return
         if self.control.should_evaluate:
             metrics = self._evaluate(run.trial, run.ignore_keys_for_eval)
             is_new_best_metric = self._determine_best_metric(metrics=metrics, trial=run.trial)

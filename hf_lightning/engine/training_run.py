@@ -28,10 +28,12 @@ from hf_lightning.core.devices import empty_device_cache, is_out_of_memory
 from hf_lightning.core.outputs import TrainOutput
 from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.core.seeding import seed_from_args
+from hf_lightning.engine.guard_path import SkippedWindows
 from hf_lightning.engine.interrupt_report import report_interrupt
 from hf_lightning.engine.lightning_bridge import build_lightning_trainer, engine_design_warnings_silenced
 from hf_lightning.engine.logging_connector import LoggingConnector
 from hf_lightning.engine.module import HFLightningModule
+from hf_lightning.engine.run_guard import RunGuard, RunGuardStop
 from hf_lightning.engine.signals import SignalScope, keyboard_interrupt_of
 from hf_lightning.engine.special_tokens import align_special_tokens
 from hf_lightning.engine.telemetry.flops import begin_measuring
@@ -67,6 +69,13 @@ class TrainingRun:
         self.logging = LoggingConnector(facade, self)
         self.checkpointing = facade._checkpointer  # the trainer's: its background writer outlives a run
         self.signals = SignalScope(facade)  # SIGTERM / SIGINT during this call (hf_lightning/engine/signals.py)
+        # The run guard among the Lightning callbacks (engine/run_guard.py), None when off; the windows it took out
+        # of this run's path (also read from a resumed checkpoint, and written into every later one).
+        self.guard: RunGuard | None = _run_guard_of(facade)
+        self.skipped_windows = SkippedWindows()
+        self.rollback_to: str | None = None  # the checkpoint a guard's rollback reloads once the fit has ended
+        self.guard_halted = False  # a guard decided to roll back or stop: this path logs, evaluates and saves no more
+        self.guard_stop: str | None = None  # the guard's stop message, raised once the run is finalised
 
     def execute(self, resume_from_checkpoint: str | bool | None) -> TrainOutput:
         """The reference's `train()`: model re-init, checkpointing hooks, then the (batch-size retrying) fit."""
@@ -120,7 +129,16 @@ class TrainingRun:
                 # (hf_lightning/checkpoint/resume.py).
                 self.resume.prepare(resume_from_checkpoint)
                 self._keep_global_batch_if_asked()
-                return self._with_executable_batch_size()
+                if self.guard is not None:
+                    self.guard.begin_train()
+                output = self._with_executable_batch_size()
+                while self.rollback_to is not None:  # a guard's rollback: the same run from an earlier checkpoint
+                    output = self._rolled_back()
+                if self.guard is not None:
+                    self.guard.finish(self)
+                if self.guard_stop is not None:
+                    raise RunGuardStop(self.guard_stop)
+                return output
         except KeyboardInterrupt as interrupt:
             # Where to resume from, then the interrupt (uncaught: one line, not a screen of traceback).
             report_interrupt(trainer, "train() interrupted (Ctrl+C)", interrupt)
@@ -152,6 +170,20 @@ class TrainingRun:
             )
         trainer.args.gradient_accumulation_steps = kept
         trainer._read_changed_arguments()
+
+    def _rolled_back(self) -> TrainOutput | None:
+        """Continue from the checkpoint a guard's rollback chose (weights, optimizer, scheduler, RNG and data position
+        loaded as for `resume_from_checkpoint`), with the offending window left out of the path."""
+        checkpoint, self.rollback_to = self.rollback_to, None
+        self.guard_halted = False
+        control = self.facade.control
+        control.should_training_stop = control.should_epoch_stop = False
+        control.should_log = control.should_evaluate = control.should_save = False
+        # The next fit writes to the same loggers (one run), as a batch-size retry does.
+        self.facade._loggers_before_training = list(self.lightning_trainer.loggers)
+        self.resume = Resumer(self.facade, self)
+        self.resume.prepare(checkpoint)
+        return self._with_executable_batch_size()
 
     def _with_executable_batch_size(self) -> TrainOutput:
         """`auto_find_batch_size`: on an out-of-memory error, retry the whole run at `int(0.9 * batch)`."""
@@ -192,6 +224,7 @@ class TrainingRun:
         trainer.state.train_batch_size = trainer._train_batch_size
         trainer.state.compute_steps(args, values.max_steps)
         self.resume.restore_trainer_state(values, train_dataloader)
+        self.skipped_windows.merge(self.resume.skipped_windows())
         trainer.state.init_training_references(trainer, values.max_steps, values.num_train_epochs, self.trial)
         if trainer._created_lr_scheduler:
             trainer.lr_scheduler = None
@@ -248,6 +281,8 @@ class TrainingRun:
                     raise hung_process_error(
                         error, step=trainer.state.global_step, timeout_seconds=trainer.args.ddp_timeout
                     ) from error
+            if self.guard is not None and not self.guard_halted:  # the updates since the last decision
+                self.guard.decide(trainer, self, at_end=True)
             if not callback.started:
                 # Resumed from the final checkpoint: Lightning's loop had nothing to do and skipped on_train_start.
                 callback.on_train_start(lightning_trainer, module)
@@ -257,6 +292,8 @@ class TrainingRun:
             # A background checkpoint write is committed (or its failure raised) before train() goes on.
             with blocked_by(trainer, "checkpoint"):
                 self.checkpointing.wait_for_pending_write(raise_failure=not failed)
+        if self.rollback_to is not None:
+            return None  # not finalised: the run continues from an earlier checkpoint
         self.signals.end_if_requeued()  # SLURM's requeue signal: the checkpoint is complete, the job requeued
         return self._finalize()
 
@@ -285,6 +322,14 @@ class TrainingRun:
         if trainer._telemetry is not None:  # the run's summary: printed (run_performance.json when asked)
             trainer._telemetry.finish_training()
         return TrainOutput(trainer.state.global_step, train_loss, metrics)
+
+
+def _run_guard_of(trainer: TrainerLike) -> RunGuard | None:
+    """The run guard among the Lightning callbacks: `callbacks=` of the trainer, or a config's `trainer: callbacks:`
+    (`lightning_trainer_overrides`)."""
+    overrides = getattr(trainer, "lightning_trainer_overrides", None) or {}
+    callbacks = list(trainer.lightning_callbacks) + list(overrides.get("callbacks") or [])
+    return next((callback for callback in callbacks if isinstance(callback, RunGuard)), None)
 
 
 def _enable_activation_checkpointing(trainer: TrainerLike) -> None:

@@ -376,3 +376,16 @@ def test_fit_without_anything_to_plot_warns_instead_of_failing(tmp_path, capsys)
     assert _save_plot(trainer) is None
     assert "warning: no training plot" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_the_run_guard_from_a_config(tmp_path, one_thread):
+    """`trainer: callbacks:` builds hf_lightning.RunGuard with its init_args; it watches the run (engine/run_guard.py)."""
+    config = run_config(tmp_path / "run", max_steps=4, save_strategy="no")
+    config["trainer"] = {
+        "callbacks": [{"class_path": "hf_lightning.RunGuard", "init_args": {"action": "skip", "window": 3}}]
+    }
+    result = run(["fit", "--config", write_yaml(tmp_path / "run.yaml", config)])
+    (guard,) = [c for c in result.trainer.lightning_trainer_overrides["callbacks"] if type(c).__name__ == "RunGuard"]
+    assert (guard.action, guard.detection["window"]) == ("skip", 3)
+    assert guard.summary == {"events": [], "skipped_windows": [], "rollbacks": 0}
+    assert len(guard._history) == 4  # every update judged

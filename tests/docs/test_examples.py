@@ -126,3 +126,15 @@ def test_examples_train_on_one_thread_unless_told(script, tmp_path, monkeypatch)
         with pytest.raises(Stop):
             module.main()
         assert chosen[-1] == expected
+
+
+@pytest.mark.parametrize("action", ["rollback", "skip"])
+def test_run_guard_example_survives_the_bad_batch(tmp_path, action):
+    completed = subprocess.run(
+        [sys.executable, "examples/run_guard.py", "--output_dir", str(tmp_path), "--action", action],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "TrainOutput(global_step=40" in completed.stdout
+    assert "'step': 13, 'metric': 'loss', 'value': nan" in completed.stdout and f"'action': '{action}'" in completed.stdout
+    assert "final loss nan" not in completed.stdout

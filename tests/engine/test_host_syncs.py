@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.host_syncs import SyncCounter
-from hf_lightning import Trainer, TrainerCallback, TrainingArguments
+from hf_lightning import RunGuard, Trainer, TrainerCallback, TrainingArguments
 from tests.models import RegressionMLP, make_tiny_gpt2, padded_lm_data, regression_data
 
 NOT_THE_TRAINER = ("torch/utils/data/", "transformers/models/", "transformers/masking_utils.py")
@@ -33,7 +33,7 @@ class QuietWindows(TrainerCallback):
         self.counter.active = quiet and state.global_step < state.max_steps
 
 
-def _count(tmp_path, model, data, **arguments) -> SyncCounter:
+def _count(tmp_path, model, data, guard=None, **arguments) -> SyncCounter:
     counter = SyncCounter()
     args = TrainingArguments(
         output_dir=str(tmp_path),
@@ -43,7 +43,7 @@ def _count(tmp_path, model, data, **arguments) -> SyncCounter:
         logging_steps=5,
         **arguments,
     )
-    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[QuietWindows(counter)])
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[QuietWindows(counter)] + ([guard] if guard is not None else []))
     assert trainer._telemetry is not None  # measured: the step's clocks and counters run in the counted windows
     counter.install()
     try:
@@ -55,13 +55,21 @@ def _count(tmp_path, model, data, **arguments) -> SyncCounter:
 
 @pytest.mark.parametrize(
     "scenario",
-    ["regression", "causal_lm_accumulation"],
+    ["regression", "causal_lm_accumulation", "run_guard_rollback", "run_guard_stop"],
 )
 def test_no_host_sync_on_non_logging_steps(tmp_path, scenario):
     if scenario == "regression":
         counter = _count(
             tmp_path, RegressionMLP(), regression_data(64), per_device_train_batch_size=4, max_steps=12
         )
+    elif scenario.startswith("run_guard"):
+        # The run guard's rollback / stop decide at training logs only (engine/run_guard.py), grad norm watched too.
+        guard = RunGuard(scenario.rsplit("_", 1)[1], grad_norm=True)
+        counter = _count(
+            tmp_path, make_tiny_gpt2(), padded_lm_data(48), guard=guard, per_device_train_batch_size=2,
+            gradient_accumulation_steps=2, max_steps=12,
+        )  # fmt: skip
+        assert guard.summary == {"events": [], "skipped_windows": [], "rollbacks": 0}
     else:
         # Accumulation with num_items_in_batch counted over the window, the NaN/Inf loss filter on, clipping.
         counter = _count(

@@ -1,0 +1,340 @@
+"""`RunGuard`: an opt-in Lightning callback that catches loss spikes, NaN/Inf and bad batches, and skips, rolls back
+or stops (README, "When a batch goes bad").
+
+It watches each update's training loss (the sum of its window's micro-batch losses, averaged over processes) and,
+optionally, its gradient norm, with Lightning's `SpikeDetection` (its running window, warmup, mode, atol and rtol;
+one detector per watched value); a non-finite loss or gradient norm is always an event. The engine feeds it from
+inside the training step (engine/module.py), so Lightning's loop calls nothing of it per batch:
+- `skip` decides before each optimizer step (one host read per update, one small all-reduce under several
+  processes): the update of an offending window is not applied (weights, optimizer state, scheduler, step counter
+  and random state as if its micro-batches were absent; their loss leaves the logged loss).
+- `rollback` and `stop` decide at training logs (one all-reduce and one host read there, nothing on other steps), so
+  a decision lags by at most one logging window. `rollback` reloads the newest complete checkpoint written before
+  the event, in the same process, takes the offending window out of the path and continues; `stop` saves a
+  checkpoint and ends `train()` with `RunGuardStop` naming the step, the value, the window mean and the batches.
+Every event is logged under `guard/` to the loggers, kept in `RunGuard.events` and listed at the end of `train()`;
+after `max_events` events within `within_steps` updates the guard stops instead of looping.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.utilities.spike import SpikeDetection
+
+from hf_lightning.core.enums import enum_value
+from hf_lightning.engine.guard_path import (
+    RandomStateSnapshot,
+    SkippedWindow,
+    checkpoint_before,
+    windows_end_epochs,
+)
+
+logger = logging.getLogger(__name__)
+
+ACTIONS = ("stop", "skip", "rollback")
+METRICS = ("loss", "grad_norm")
+# Updates between two decisions when the run does not log training by steps (and no check_every_n_steps is set).
+_UNLOGGED_CHECK_EVERY = 50
+
+
+class RunGuardStop(RuntimeError):
+    """`train()` ended by the run guard (action `stop`, or too many events): the message names what happened."""
+
+
+class RunGuard(pl.Callback):
+    """Catch loss spikes, NaN/Inf losses and bad batches; `skip`, `rollback` or `stop` (opt-in; README).
+
+    Args:
+        action: "stop" (save, then end `train()` with `RunGuardStop`), "skip" (the offending update is not applied)
+            or "rollback" (reload the newest complete checkpoint before the event, leave the offending window out,
+            continue).
+        loss: watch the training loss for spikes.
+        grad_norm: also watch the gradient norm for spikes (non-finite values of both are always events).
+        mode, window, warmup, atol, rtol: Lightning's `SpikeDetection` settings: a value that is not better (per
+            `mode`) than the previous one and off the running mean of the last `window` values by at least `atol`
+            and `rtol` x mean is a spike, once `warmup` values have been seen.
+        max_events: events within `within_steps` updates after which the guard stops instead of acting again.
+        check_every_n_steps: decide (rollback / stop) also every this many updates; by default at each training
+            log, or every 50 updates when training is not logged by steps.
+    """
+
+    def __init__(
+        self,
+        action: str = "stop",
+        *,
+        loss: bool = True,
+        grad_norm: bool = False,
+        mode: str = "min",
+        window: int = 10,
+        warmup: int = 1,
+        atol: float | None = None,
+        rtol: float | None = 2.0,
+        max_events: int = 3,
+        within_steps: int = 1000,
+        check_every_n_steps: int | None = None,
+    ) -> None:
+        _check_settings(action, mode, window, warmup, max_events, within_steps, check_every_n_steps)
+        self.action = action
+        self.watched = tuple(name for name, on in (("loss", loss), ("grad_norm", grad_norm)) if on)
+        self.detection = {"mode": mode, "window": window, "warmup": warmup, "atol": atol, "rtol": rtol}
+        self.max_events = max_events
+        self.within_steps = within_steps
+        self.check_every_n_steps = check_every_n_steps
+        self.events: list[dict[str, Any]] = []  # this train()'s events (README, "When a batch goes bad")
+        self.summary: dict[str, Any] | None = None  # the last train()'s events and windows taken out
+        self._pending: list[tuple[int, list, Any, tuple[int, int, int]]] = []
+        self._history: list[tuple[int, list[float]]] = []  # (step, values) of the updates accepted
+        self._detectors: dict[str, SpikeDetection] = {}
+        self.rollbacks = 0
+
+    @property
+    def decides_each_update(self) -> bool:
+        return self.action == "skip"
+
+    # ---- a train() ---------------------------------------------------------------------------------------------
+    def begin_train(self) -> None:
+        """A fresh `train()`: no events, an empty running window."""
+        self.events, self.summary, self.rollbacks = [], None, 0
+        self._rewind(-1)
+
+    def _rewind(self, step: int) -> None:
+        """The detectors as they stood after update `step` (the updates accepted up to it fed again)."""
+        self._pending = []
+        self._history = [entry for entry in self._history if entry[0] <= step]
+        self._detectors = {name: _detector(self.detection) for name in self.watched}
+        for _, values in self._history:
+            self._feed(values)
+
+    def finish(self, run: Any) -> None:
+        """At the end of `train()`: the summary, printed when something happened."""
+        self.summary = {
+            "events": list(self.events),
+            "skipped_windows": run.skipped_windows.as_json(),
+            "rollbacks": self.rollbacks,
+        }
+        if self.events:
+            lines = [f"RunGuard: {len(self.events)} event(s) in this run"] + [_event_line(e) for e in self.events]
+            logger.warning("\n  ".join(lines))
+
+    # ---- fed by the training step (engine/module.py) ---------------------------------------------------------------
+    def snapshot(self, device: torch.device) -> RandomStateSnapshot | None:
+        """Before a window's forward passes (`skip` only): the random state to put back if it is taken out."""
+        return RandomStateSnapshot(device) if self.action == "skip" else None
+
+    def rejects_update(self, module: Any, losses: list, grad_norm: Any, window: tuple[int, int, int], snapshot: Any) -> bool:
+        """`skip`: whether this window's update is left out (decided now, on every process alike)."""
+        values = _reduced(_update_values(losses, grad_norm).unsqueeze(0)).tolist()[0]
+        facade = module.facade
+        step = facade.state.global_step
+        verdict = self._judge(values)
+        if verdict is None:
+            self._accept(step, values)
+            return False
+        facade.model_wrapped.zero_grad()
+        snapshot.restore(module.device)
+        epoch, first, count = window
+        run = module._run
+        run.skipped_windows.add(SkippedWindow(epoch, first, count, at_step=step))
+        if not windows_end_epochs(run):
+            run.updates_done_in_epoch -= 1  # an unsized pass is `max_steps` updates: this window made none
+        event = self._event(facade, step + 1, verdict, window, "skip")
+        if self._too_many(step + 1):
+            self._stop(facade, run, event, save_now=True, reason=self._too_many_reason())
+        return True
+
+    def record(self, step: int, losses: list, grad_norm: Any, window: tuple[int, int, int]) -> None:
+        """`rollback` / `stop`: keep this update's values (device tensors) for the next decision."""
+        self._pending.append((step, losses, grad_norm, window))
+
+    def due(self, should_log: bool, state: Any, args: Any) -> bool:
+        """Whether to decide at this step boundary: at a training log, or after enough unlogged updates."""
+        if not self._pending:
+            return False
+        if should_log:
+            return True
+        every = self.check_every_n_steps
+        if every is None:
+            by_steps = enum_value(args.logging_strategy) == "steps"
+            every = max(1, int(state.logging_steps)) if by_steps and state.logging_steps else _UNLOGGED_CHECK_EVERY
+        return len(self._pending) >= every
+
+    def decide(self, facade: Any, run: Any, at_end: bool = False) -> None:
+        """`rollback` / `stop`: judge the updates since the last decision (one all-reduce, one host read)."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        rows = torch.stack([_update_values(losses, grad_norm) for _, losses, grad_norm, _ in pending])
+        for (step, _, _, window), values in zip(pending, _reduced(rows).tolist()):
+            verdict = self._judge(values)
+            if verdict is None:
+                self._accept(step, values)
+                continue
+            reason = "action='stop'"
+            if self.action == "rollback":
+                found = checkpoint_before(facade._get_output_dir(trial=run.trial), step)
+                if self._too_many(step):
+                    reason = self._too_many_reason()
+                elif found is None:
+                    reason = "no complete checkpoint to roll back to precedes the event"
+                else:
+                    self._rollback(facade, run, self._event(facade, step, verdict, window, "rollback"), found)
+                    return
+            self._stop(facade, run, self._event(facade, step, verdict, window, "stop"), save_now=at_end, reason=reason)
+            return
+
+    # ---- judging (Lightning's SpikeDetection) ---------------------------------------------------------------------
+    def _judge(self, values: list[float]) -> tuple[str, float, float] | None:
+        """(metric, value, window mean) of the first offending value, or None."""
+        for name, value in zip(METRICS, values):
+            detector = self._detectors.get(name)
+            if not math.isfinite(value):
+                return name, value, _mean(detector)
+            if detector is not None and len(self._history) >= self.detection["warmup"]:
+                if detector._is_spike(torch.tensor(value)):
+                    return name, value, _mean(detector)
+        return None
+
+    def _accept(self, step: int, values: list[float]) -> None:
+        self._history.append((step, values))
+        self._feed(values)
+
+    def _feed(self, values: list[float]) -> None:
+        for name, value in zip(METRICS, values):
+            detector = self._detectors.get(name)
+            if detector is not None:
+                detector._update_stats(torch.tensor(value))
+
+    def _too_many_reason(self) -> str:
+        return f"{self.max_events} events within {self.within_steps} updates (max_events={self.max_events})"
+
+    def _too_many(self, step: int) -> bool:
+        recent = [event for event in self.events if event["step"] > step - self.within_steps]
+        return len(recent) >= self.max_events
+
+    # ---- acting ------------------------------------------------------------------------------------------------------
+    def _event(self, facade: Any, step: int, verdict: tuple, window: tuple[int, int, int], action: str) -> dict:
+        metric, value, reference = verdict
+        epoch, first, count = window
+        event = {
+            "step": step, "metric": metric, "value": value, "reference": reference, "action": action,
+            "epoch": epoch, "batches": [first, first + count - 1],
+        }  # fmt: skip
+        self.events.append(event)
+        logger.warning(_event_line(event))
+        lightning_trainer = facade.lightning_trainer
+        if lightning_trainer is not None:
+            metrics = {
+                f"guard/{metric}": value, "guard/reference": reference, f"guard/action_{action}": 1.0,
+                "guard/epoch": float(epoch), "guard/first_batch": float(first), "guard/last_batch": float(first + count - 1),
+            }  # fmt: skip
+            for lightning_logger in lightning_trainer.loggers:
+                lightning_logger.log_metrics(metrics, step=step)
+        return event
+
+    def _rollback(self, facade: Any, run: Any, event: dict, found: tuple[int, str]) -> None:
+        saved_step, checkpoint = found
+        epoch, (first, last) = event["epoch"], event["batches"]
+        run.skipped_windows.add(SkippedWindow(epoch, first, last - first + 1, at_step=event["step"] - 1))
+        run.rollback_to = checkpoint
+        run.guard_halted = True
+        self.rollbacks += 1
+        self._rewind(saved_step)
+        control = facade.control
+        control.should_evaluate = control.should_save = False
+        control.should_training_stop = True
+        logger.warning(f"RunGuard: rolling back to {checkpoint} (step {saved_step}) and leaving those batches out.")
+
+    def _stop(self, facade: Any, run: Any, event: dict, save_now: bool, reason: str) -> None:
+        control = facade.control
+        control.should_training_stop = True
+        run.guard_halted = True
+        if save_now:
+            run.checkpointing.save_at_step_boundary(run.trial)
+        else:
+            control.should_save = True  # saved at this step boundary, right after the decision
+        found = checkpoint_before(facade._get_output_dir(trial=run.trial), event["step"])
+        run.guard_stop = _stop_message(event, facade.state.global_step, found, reason)
+
+
+def _check_settings(action, mode, window, warmup, max_events, within_steps, check_every_n_steps) -> None:
+    problems = []
+    if action not in ACTIONS:
+        problems.append(f"action={action!r}: use one of {ACTIONS}")
+    if mode not in ("min", "max"):
+        problems.append(f"mode={mode!r}: use 'min' (a loss) or 'max'")
+    for name, value, low in (("window", window, 1), ("warmup", warmup, 0), ("max_events", max_events, 1),
+                             ("within_steps", within_steps, 1)):  # fmt: skip
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            problems.append(f"{name}={value!r}: use an integer >= {low}")
+    if check_every_n_steps is not None and (not isinstance(check_every_n_steps, int) or check_every_n_steps < 1):
+        problems.append(f"check_every_n_steps={check_every_n_steps!r}: use a positive integer or None")
+    if problems:
+        raise ValueError("RunGuard: " + "; ".join(problems))
+
+
+def _detector(settings: dict[str, Any]) -> SpikeDetection:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return SpikeDetection(finite_only=True, **settings)
+
+
+def _mean(detector: SpikeDetection | None) -> float:
+    if detector is None:
+        return math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchmetrics warns when computing an empty window
+        return float(detector.running_mean.compute())
+
+
+def _update_values(losses: list, grad_norm: Any) -> torch.Tensor:
+    """One update's (loss, grad norm) as a float32 tensor on the loss's device (no host read)."""
+    loss = losses[0].detach().float()
+    for term in losses[1:]:
+        loss = loss + term.detach().float()
+    if isinstance(grad_norm, torch.Tensor):
+        norm = grad_norm.detach().float().to(loss.device)
+    else:
+        norm = torch.tensor(math.nan if grad_norm is None else float(grad_norm), device=loss.device)
+    return torch.stack([loss.reshape(()), norm.reshape(())])
+
+
+def _reduced(rows: torch.Tensor) -> torch.Tensor:
+    """The rows averaged over processes (one all-reduce; a non-finite value on any process stays non-finite)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        world = torch.distributed.get_world_size()
+        if world > 1:
+            rows = rows.clone()
+            torch.distributed.all_reduce(rows)
+            rows /= world
+    return rows
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    first, last = event["batches"]
+    return (
+        f"RunGuard: step {event['step']}: {event['metric']}={event['value']:.6g} against a window mean of "
+        f"{event['reference']:.6g}; batches {first}..{last} of epoch {event['epoch']} (positions in the train "
+        f"loader's order); action: {event['action']}"
+    )
+
+
+def _stop_message(event: dict, global_step: int, found: tuple[int, str] | None, reason: str) -> str:
+    first, last = event["batches"]
+    where = (
+        f"{found[1]} (step {found[0]}) is the newest complete checkpoint before the event: resume from it with "
+        "RunGuard(action='rollback') or 'skip' to leave these batches out"
+        if found is not None
+        else "no complete checkpoint precedes the event (save more often: save_steps)"
+    )
+    return (
+        f"RunGuard stopped training at step {global_step} ({reason}): {event['metric']}={event['value']:.6g} at step "
+        f"{event['step']} against a window mean of {event['reference']:.6g}, from batches {first}..{last} of epoch "
+        f"{event['epoch']} (positions in the train loader's order). A checkpoint of step {global_step} is saved; "
+        f"{where}."
+    )

@@ -1,0 +1,224 @@
+"""The run guard (engine/run_guard.py): with an injected bad window, `skip` and `rollback` give weights bit-identical
+to a run whose sampler order simply lacks that window's examples; `stop` saves and ends naming what happened; the
+guard without an event changes nothing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils.data import IterableDataset, Sampler
+
+from hf_lightning import RunGuard, RunGuardStop, Trainer, TrainingArguments
+from hf_lightning.checkpoint.files import is_complete_checkpoint
+from tests.models import DropoutMLP, ListDataset, regression_data
+
+BATCH = 2
+# Spikes far off the running mean only: the per-update loss of this tiny model is noisy.
+SETTINGS = {"window": 4, "warmup": 2, "rtol": 50.0}
+
+
+class OrderSampler(Sampler):
+    """The examples in the given order (a reference run's order lacks the bad ones)."""
+
+    def __init__(self, order: list[int]) -> None:
+        self.order = list(order)
+
+    def __iter__(self):
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
+class OrderedTrainer(Trainer):
+    order: list[int] = []
+
+    def _get_train_sampler(self, train_dataset=None):
+        return OrderSampler(self.order)
+
+
+class Stream(IterableDataset):
+    """The same examples as an unsized stream (iterable / streamed data)."""
+
+    def __init__(self, items: list[dict]) -> None:
+        self.items = items
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return iter(self.items)
+        # Worker w yields batches w, w + workers, ...: the loader's round-robin order is the stream's order.
+        batches = [self.items[i : i + BATCH] for i in range(0, len(self.items), BATCH)]
+        return (item for batch in batches[info.id :: info.num_workers] for item in batch)
+
+
+def _items(n: int, bad: list[int], kind: str) -> list[dict]:
+    items = [dict(item) for item in regression_data(n).items]
+    for index in bad:
+        items[index]["labels"] = torch.tensor(math.nan if kind == "nan" else 1e4)
+    return items
+
+
+def _bad_window(window: int, ga: int) -> list[int]:
+    """The example indices of update `window` (0-based) in the natural order."""
+    return list(range(window * ga * BATCH, (window + 1) * ga * BATCH))
+
+
+def _train(tmp_path, name, *, ga, order, items, data="map", guard=None, max_steps=8, save_steps=2, resume=None,
+           workers=0):  # fmt: skip
+    args = TrainingArguments(
+        output_dir=str(tmp_path / name), report_to="none", disable_tqdm=True, use_cpu=True, seed=0,
+        per_device_train_batch_size=BATCH, gradient_accumulation_steps=ga, max_steps=max_steps, learning_rate=0.05,
+        logging_steps=2, save_steps=save_steps, save_strategy="steps" if save_steps else "no",
+        lr_scheduler_type="linear", dataloader_num_workers=workers,
+    )  # fmt: skip
+    if data == "map":
+        dataset = ListDataset(items)
+        trainer_class = type("Ordered", (OrderedTrainer,), {"order": order})
+    else:
+        dataset = Stream([items[i] for i in order])
+        trainer_class = Trainer
+    trainer = trainer_class(
+        model=DropoutMLP(seed=0), args=args, train_dataset=dataset, callbacks=[] if guard is None else [guard]
+    )
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer
+
+
+def _weights(trainer) -> dict[str, torch.Tensor]:
+    return {name: value.detach().clone() for name, value in trainer.model.state_dict().items()}
+
+
+def _max_difference(a: dict, b: dict) -> float:
+    return max(float((a[name] - b[name]).abs().max()) for name in a)
+
+
+def _logged(trainer) -> list[tuple]:
+    """The training log entries (the epoch fraction counts drawn batches, so it is left out)."""
+    return [
+        (entry["step"], entry["loss"], entry["grad_norm"], entry["learning_rate"])
+        for entry in trainer.state.log_history
+        if "loss" in entry
+    ]
+
+
+def _reference(tmp_path, ga, n, bad, data="map", max_steps=8):
+    items = _items(n, bad, "explode")
+    order = [i for i in range(n) if i not in bad]
+    return _train(tmp_path, "reference", ga=ga, order=order, items=items, data=data, save_steps=0,
+                  max_steps=max_steps)  # fmt: skip
+
+
+@pytest.mark.parametrize("ga", [1, 4])
+@pytest.mark.parametrize("kind", ["explode", "nan"])
+def test_skip_equals_a_run_without_the_bad_window(tmp_path, ga, kind):
+    n = 10 * ga * BATCH
+    bad = _bad_window(4, ga)
+    reference = _reference(tmp_path, ga, n, bad)
+    guard = RunGuard("skip", **SETTINGS)
+    guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=_items(n, bad, kind), guard=guard)
+    assert _max_difference(_weights(guarded), _weights(reference)) == 0.0
+    assert _logged(guarded) == _logged(reference)
+    assert guarded.state.global_step == reference.state.global_step == 8
+    assert [(e["step"], e["action"], e["batches"], e["epoch"]) for e in guard.events] == [
+        (5, "skip", [4 * ga, 5 * ga - 1], 0)
+    ]
+    assert guard.summary["skipped_windows"] == [{"epoch": 0, "first": 4 * ga, "count": ga, "at_step": 4}]
+
+
+@pytest.mark.parametrize("ga", [1, 4])
+@pytest.mark.parametrize("kind", ["explode", "nan"])
+def test_rollback_equals_a_run_without_the_bad_window(tmp_path, ga, kind):
+    n = 10 * ga * BATCH
+    bad = _bad_window(4, ga)  # update 5, decided at the log of step 6, rolled back to checkpoint-4
+    reference = _reference(tmp_path, ga, n, bad)
+    guard = RunGuard("rollback", **SETTINGS)
+    guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=_items(n, bad, kind), guard=guard)
+    assert _max_difference(_weights(guarded), _weights(reference)) == 0.0
+    assert _logged(guarded) == _logged(reference)
+    assert guard.rollbacks == 1
+    assert [(e["step"], e["action"], e["batches"]) for e in guard.events] == [(5, "rollback", [4 * ga, 5 * ga - 1])]
+
+
+def test_a_resume_after_a_rollback_continues_exactly(tmp_path):
+    """checkpoint-6 of the rolled-back path stands one window past its step; a resume from it is the same run."""
+    ga, n = 1, 24
+    bad = _bad_window(4, 1)
+    reference = _reference(tmp_path, ga, n, bad, max_steps=10)
+    items = _items(n, bad, "nan")
+    guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=items, guard=RunGuard("rollback", **SETTINGS),
+                     max_steps=10)  # fmt: skip
+    assert _max_difference(_weights(guarded), _weights(reference)) == 0.0
+    checkpoint = tmp_path / "guarded" / "checkpoint-6"
+    resumed = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=items, guard=RunGuard("rollback", **SETTINGS),
+                     max_steps=10, resume=str(checkpoint))  # fmt: skip
+    assert _max_difference(_weights(resumed), _weights(reference)) == 0.0
+
+
+@pytest.mark.parametrize("action", ["skip", "rollback"])
+def test_iterable_data(tmp_path, action):
+    ga, n = 2, 40
+    bad = _bad_window(4, ga)
+    reference = _reference(tmp_path, ga, n, bad, data="iterable")
+    guard = RunGuard(action, **SETTINGS)
+    guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=_items(n, bad, "nan"), data="iterable",
+                     guard=guard)  # fmt: skip
+    assert _max_difference(_weights(guarded), _weights(reference)) == 0.0
+    assert len(guard.events) == 1
+
+
+def test_stop_saves_and_names_the_step_the_value_and_the_batches(tmp_path):
+    n = 24
+    guard = RunGuard("stop", **SETTINGS)
+    with pytest.raises(RunGuardStop) as stopped:
+        _train(tmp_path, "guarded", ga=1, order=list(range(n)), items=_items(n, _bad_window(4, 1), "explode"),
+               guard=guard)
+    message = str(stopped.value)
+    assert "at step 5" in message and "loss=" in message and "batches 4..4 of epoch 0" in message
+    assert "window mean of" in message and "checkpoint-4" in message
+    assert is_complete_checkpoint(str(tmp_path / "guarded" / "checkpoint-6"))
+    assert not (tmp_path / "guarded" / "checkpoint-8").exists()
+
+
+def test_too_many_events_stop(tmp_path):
+    n = 24
+    bad = _bad_window(4, 1) + _bad_window(6, 1)  # two bad windows; one rollback allowed
+    guard = RunGuard("rollback", **SETTINGS, max_events=1)
+    with pytest.raises(RunGuardStop, match="max_events=1"):
+        _train(tmp_path, "guarded", ga=1, order=list(range(n)), items=_items(n, bad, "nan"), guard=guard)
+    assert [e["action"] for e in guard.events] == ["rollback", "stop"]
+
+
+def test_no_event_changes_nothing(tmp_path):
+    n = 24
+    items = _items(n, [], "explode")
+    plain = _train(tmp_path, "plain", ga=2, order=list(range(n)), items=items, save_steps=0)
+    for action in ("skip", "rollback"):
+        guard = RunGuard(action, grad_norm=True, **SETTINGS)
+        guarded = _train(tmp_path, action, ga=2, order=list(range(n)), items=items, guard=guard, save_steps=0)
+        assert _max_difference(_weights(guarded), _weights(plain)) == 0.0
+        assert guarded.state.log_history[:-1] == plain.state.log_history[:-1]
+        assert guard.events == []
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ValueError, match="action='undo'.*window=0"):
+        RunGuard("undo", window=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("data", ["map", "iterable"])
+@pytest.mark.parametrize("action", ["skip", "rollback"])
+def test_two_dataloader_workers(tmp_path, data, action):
+    ga, n = 2, 40
+    bad = _bad_window(4, ga)
+    items = _items(n, bad, "nan")
+    order = [i for i in range(n) if i not in bad]
+    reference = _train(tmp_path, "reference", ga=ga, order=order, items=_items(n, bad, "explode"), data=data,
+                       save_steps=0, workers=2)  # fmt: skip
+    guard = RunGuard(action, **SETTINGS)
+    guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=items, data=data, guard=guard, workers=2)
+    assert _max_difference(_weights(guarded), _weights(reference)) == 0.0
+    assert [e["batches"] for e in guard.events] == [[4 * ga, 5 * ga - 1]]
