@@ -40,8 +40,6 @@ from hf_lightning.data.loader_position import (
 )
 from hf_lightning.data.model_inputs import (
     apply_column_removal,
-    get_eval_sampler,
-    get_train_sampler,
 )
 from hf_lightning.data.position_files import DataPositionRecord
 from hf_lightning.data.samplers import BatchRebalanceSampler, shard_batches
@@ -485,56 +483,6 @@ def build_dataloader(
     return _build_dataloader(
         dataset, make_sampler, context, batch_size=batch_size, description=description, is_training=is_training
     )
-
-
-def build_train_dataloader(
-    dataset: Any,
-    context: DataContext,
-    *,
-    seed_for_sampler: int | None = None,
-    batch_size: int | None = None,
-) -> HFDataLoader:
-    """This process's train DataLoader, as the reference's `get_train_dataloader` + accelerate prepare.
-
-    Run on every rank. `batch_size` defaults to `args.train_batch_size` (auto_find_batch_size passes the reduced
-    one); `seed_for_sampler` overrides the sampler's seed.
-    """
-    if dataset is None:
-        raise ValueError("Trainer: training requires a train_dataset.")
-    make_sampler = functools.partial(
-        get_train_sampler,
-        args=context.args,
-        processing_class=context.processing_class,
-        world_size=context.world_size,
-        process_index=context.process_index,
-        seed_for_sampler=seed_for_sampler,
-        settings=context.settings,
-    )
-    return _build_dataloader(
-        dataset,
-        make_sampler,
-        context,
-        batch_size=batch_size if batch_size is not None else context.args.train_batch_size,
-        description="Training",
-        is_training=True,
-    )
-
-
-def build_eval_dataloader(dataset: Any, context: DataContext, *, description: str = "Evaluation") -> HFDataLoader:
-    """This process's eval (or, with `description="test"`, test) DataLoader, as the reference builds it.
-
-    Sequential single-process; with several processes sequential batches dealt round-robin, padded
-    with repeats that the metric gathering drops. Run on every rank.
-    """
-    if dataset is None:
-        raise ValueError("Trainer: evaluation requires an eval_dataset.")
-    make_sampler = functools.partial(
-        get_eval_sampler, args=context.args, processing_class=context.processing_class, world_size=context.world_size
-    )
-    return _build_dataloader(
-        dataset, make_sampler, context, batch_size=context.args.eval_batch_size, description=description,
-        is_training=False,
-    )  # fmt: skip
 
 
 def num_examples(dataloader: Any, per_device_train_batch_size: int) -> int:

@@ -25,8 +25,6 @@ from transformers.utils.generic import can_return_loss as ref_can_return_loss
 from hf_lightning.core.seeding import set_seed
 from hf_lightning.data.context import DataContext
 from hf_lightning.data.dataloaders import (
-    build_eval_dataloader,
-    build_train_dataloader,
     num_examples,
     seed_worker,
     set_train_epoch,
@@ -37,6 +35,7 @@ from hf_lightning.data.model_inputs import (
     model_accepts_loss_kwargs,
     signature_columns,
 )
+from tests.data.loader_builders import build_eval_dataloader, build_train_dataloader
 
 SEED_42_ORDERS = [
     [2, 6, 1, 8, 4, 5, 0, 9, 3, 7],
@@ -665,7 +664,8 @@ sys.meta_path.insert(0, Block())
 from types import SimpleNamespace
 import torch
 from hf_lightning.data.context import DataContext
-from hf_lightning.data.dataloaders import build_train_dataloader, set_train_epoch
+from hf_lightning.data.dataloaders import set_train_epoch
+from tests.data.loader_builders import build_train_dataloader
 
 class Plain(torch.nn.Module):
     def forward(self, x, labels=None):

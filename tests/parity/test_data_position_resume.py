@@ -272,7 +272,7 @@ def test_only_the_train_loader_records_positions():
     # An eval loop never resumes into its dataset: reading state_dict() before each eval batch is pure overhead.
     from hf_lightning import TrainingArguments
     from hf_lightning.data.context import DataContext
-    from hf_lightning.data.dataloaders import build_eval_dataloader, build_train_dataloader
+    from tests.data.loader_builders import build_eval_dataloader, build_train_dataloader
 
     args = TrainingArguments(output_dir="unused", use_cpu=True, report_to="none", per_device_train_batch_size=2)
     items = regression_data(8).items
