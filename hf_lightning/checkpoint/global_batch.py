@@ -21,6 +21,11 @@ logger = logging.getLogger(__name__)
 KEEP_GLOBAL_BATCH_ENV = "HF_LIGHTNING_KEEP_GLOBAL_BATCH"
 
 
+def keep_global_batch_requested(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the user asked for the checkpoint's global batch to be kept (`HF_LIGHTNING_KEEP_GLOBAL_BATCH=1`)."""
+    return environ.get(KEEP_GLOBAL_BATCH_ENV, "0") in ("1", "true", "True")
+
+
 def accumulation_keeping_global_batch(
     checkpoint: str,
     per_device_batch: int,
@@ -30,7 +35,7 @@ def accumulation_keeping_global_batch(
 ) -> int | None:
     """The `gradient_accumulation_steps` that keeps `checkpoint`'s global batch on this run's processes, when the
     switch is set and it differs from `accumulation` (None otherwise: keep the arguments as they are)."""
-    if environ.get(KEEP_GLOBAL_BATCH_ENV, "0") not in ("1", "true", "True"):
+    if not keep_global_batch_requested(environ):
         return None
     saved = saved_samples_per_update(checkpoint)
     per_accumulation_step = per_device_batch * data_parallel_processes

@@ -20,7 +20,11 @@ import torch
 import hf_lightning.engine.schedule as schedule
 from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.callbacks import TrainerState
-from hf_lightning.checkpoint.global_batch import KEEP_GLOBAL_BATCH_ENV, accumulation_keeping_global_batch
+from hf_lightning.checkpoint.global_batch import (
+    KEEP_GLOBAL_BATCH_ENV,
+    accumulation_keeping_global_batch,
+    keep_global_batch_requested,
+)
 from hf_lightning.checkpoint.restart import checkpoint_after_restart, launcher_restart
 from hf_lightning.checkpoint.resume import Resumer
 from hf_lightning.core.blocked_time import blocked_by
@@ -153,12 +157,12 @@ class TrainingRun:
         """`HF_LIGHTNING_KEEP_GLOBAL_BATCH=1` on a resume with another number of processes: the accumulation that
         keeps the checkpoint's global batch, set on `args` and translated again before training
         (checkpoint/global_batch.py)."""
-        if self.resume.files is None:
-            return
+        if self.resume.files is None or not keep_global_batch_requested():
+            return  # nothing is asked of the trainer's methods then (their call counts stay the reference's)
         trainer = self.facade
         accumulation = trainer.plan.module.gradient_accumulation_steps
         per_device = trainer._train_batch_size
-        data_parallel = trainer.get_total_train_batch_size(trainer.args) // (per_device * accumulation)
+        data_parallel = trainer._data_parallel_layout()[0]
         kept = accumulation_keeping_global_batch(self.resume.files.checkpoint, per_device, data_parallel, accumulation)
         if kept is None:
             return
