@@ -20,7 +20,6 @@ import hf_lightning.data.model_inputs as data_layer
 from hf_lightning.data.context import DataContext
 from hf_lightning.data.samplers import made_seedable
 from hf_lightning.engine.overrides import is_base_method
-from hf_lightning.strategies.evaluation import deepspeed_input_dtype
 
 
 class DataMethodsMixin:
@@ -146,16 +145,19 @@ class DataMethodsMixin:
         if isinstance(data, (tuple, list)):
             return type(data)(self._prepare_input(v) for v in data)
         if isinstance(data, torch.Tensor):
-            if self.is_deepspeed_enabled and (torch.is_floating_point(data) or torch.is_complex(data)):
-                # As the reference: float inputs (audio, pixels) take the engine's dtype; token ids stay integers.
-                return data.to(device=self.args.device, dtype=deepspeed_input_dtype(self.args))
+            if torch.is_floating_point(data) or torch.is_complex(data):
+                # As the reference: float inputs (audio, pixels) take the engine's dtype (DeepSpeed); token ids
+                # stay integers.
+                dtype = self._strategy_steps.input_dtype(self.args)
+                if dtype is not None:
+                    return data.to(device=self.args.device, dtype=dtype)
             return data.to(device=self.args.device)
         return data
 
     def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         if (
             type(inputs) is dict
-            and not self.is_deepspeed_enabled
+            and self._strategy_steps.input_dtype(self.args) is None
             and is_base_method(self._prepare_input, DataMethodsMixin._prepare_input)
         ):
             # `_prepare_input`'s result, its recursion unrolled for a plain dict (every micro-batch comes here).

@@ -162,6 +162,32 @@ class HFLightningModule(pl.LightningModule):
         # every micro-batch of the window that holds it, until the next epoch starts).
         self.end_of_dataloader = False
 
+
+    # ---- what a strategy built: the strategies hand it over here and write nothing on the facade --------------
+    def adopt_wrapped_model(self, wrapped: torch.nn.Module, *, as_model: bool, fsdp: bool = False) -> None:
+        """The wrapper a strategy built becomes the facade's `model_wrapped` (with `as_model` also this module's and
+        the facade's `model`, the reference's rule for FSDP and tensor parallelism); `fsdp` sets the reference's
+        `is_fsdp_enabled`."""
+        facade = self.facade
+        if as_model:
+            self.model = wrapped
+            facade.model = wrapped
+        facade.model_wrapped = wrapped
+        if fsdp:
+            facade.is_fsdp_enabled = True
+
+    def adopt_optimizer_and_scheduler(self, optimizer: Any, scheduler: Any) -> None:
+        """The optimizer and scheduler a strategy built (DeepSpeed's views; None, None before it builds them)."""
+        facade = self.facade
+        facade.optimizer = optimizer
+        facade.lr_scheduler = scheduler
+
+    def adopt_engine(self, engine: Any) -> None:
+        """The DeepSpeed engine around the user's model: the facade's `model_wrapped` and `deepspeed`."""
+        facade = self.facade
+        facade.model_wrapped = engine
+        facade.deepspeed = engine
+        facade.is_deepspeed_enabled = True
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _PLAIN_STEP_ATTRIBUTES:
             object.__setattr__(self, name, value)

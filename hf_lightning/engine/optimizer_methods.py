@@ -111,16 +111,10 @@ class OptimizerMixin:
         return type(self.lr_scheduler).__name__ in _PLATEAU_SCHEDULER_NAMES
 
     def _get_learning_rate(self) -> float:
-        if self.is_deepspeed_enabled:  # 0 until fp16 loss-scale warm-up steps (reference)
-            # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
-            from hf_lightning.strategies.deepspeed.strategy import engine_learning_rate
-
-            return engine_learning_rate(self.lr_scheduler)
-        if self._scheduler_waits_for_metrics():
-            last_lr = self.optimizer.param_groups[0]["lr"]
-        else:
-            last_lr = self.lr_scheduler.get_last_lr()[0]
-        return last_lr.item() if torch.is_tensor(last_lr) else last_lr
+        """The last update's learning rate, the strategy's way (DeepSpeed: 0 until fp16 loss-scale warm-up steps)."""
+        return self._strategy_steps.learning_rate(
+            self.optimizer, self.lr_scheduler, from_optimizer=self._scheduler_waits_for_metrics()
+        )
 
     # ---- batch sizes ------------------------------------------------------------------------------------
     def get_total_train_batch_size(self, args: Any) -> int:

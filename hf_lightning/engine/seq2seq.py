@@ -288,13 +288,7 @@ class HFLightningSeq2SeqTrainer(HFLightningTrainer):
         """
         if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
             return False
-        return bool(self.is_fsdp_enabled or self._deepspeed_zero_stage() == 3)
-
-    def _deepspeed_zero_stage(self) -> int | None:
-        """The ZeRO stage of this run's DeepSpeed config, None without DeepSpeed."""
-        if not self.is_deepspeed_enabled:
-            return None
-        return self.plan.strategy.deepspeed.zero_stage
+        return self._strategy_steps.generation_syncs_processes(self.model)
 
     def _pad_tensors_to_max_len(self, tensor: torch.Tensor, max_length: int) -> torch.Tensor:
         """Right-pad `tensor` to `max_length` with the pad token id (the processing class's, else the model's)."""

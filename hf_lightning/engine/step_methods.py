@@ -28,8 +28,8 @@ from hf_lightning.engine.loss import (
 from hf_lightning.engine.overrides import is_base_method
 from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.loggers import publish_logs, publish_logs_before_training
-from hf_lightning.strategies.fsdp.policies import fsdp1_clip_grad_norm, is_fsdp1_model
-from hf_lightning.strategies.tensor_parallel.state import clip_tp_grad_norm
+from hf_lightning.strategies.build import steps_for
+from hf_lightning.strategies.steps import StrategySteps
 
 logger = logging.getLogger(__name__)
 
@@ -231,37 +231,23 @@ class TrainingStepMixin:
             filter_non_finite=self.plan.logging.nan_inf_filter,
         )
 
-    def _clip_grad_norm(self, model: nn.Module) -> float:
-        """Clip at `max_grad_norm` (or only measure with clipping off) and return the pre-clip norm (R4.8)."""
-        if self.is_deepspeed_enabled:  # the engine clipped inside its step: its norm
-            # lazy: Lightning's DeepSpeed strategy (and Lightning) load only when DeepSpeed runs
-            from hf_lightning.strategies.deepspeed.strategy import engine_global_grad_norm
+    @property
+    def _strategy_steps(self) -> StrategySteps:
+        """What the planned strategy does at each update and answers the engine (strategies/steps.py)."""
+        return steps_for(self.plan)
 
-            return engine_global_grad_norm(model)
+    def _clip_grad_norm(self, model: nn.Module) -> float:
+        """Clip at `max_grad_norm` (or only measure with clipping off) and return the pre-clip norm (R4.8), the
+        strategy's way (strategies/steps.py: DeepSpeed's engine clipped inside its step and reports its norm)."""
         max_grad_norm = self.plan.module.max_grad_norm
-        max_norm = max_grad_norm if max_grad_norm is not None and max_grad_norm > 0 else float("inf")
-        parameters = [p for p in model.parameters() if p.grad is not None]
+        clips = max_grad_norm is not None and 0 < max_grad_norm < float("inf")
         scaler = (
             getattr(self.lightning_trainer.precision_plugin, "scaler", None)
             if self.lightning_trainer
             else None
         )
-        if is_fsdp1_model(model):  # the norm over every rank's shard, as accelerate's FSDP1 clipping
-            return fsdp1_clip_grad_norm(model, max_norm, None if scaler is None else 1.0 / scaler.get_scale())
-        if self.get_tp_size() > 1:  # DTensor shards and plain (replicated) gradients: the one-process norm
-
-            return clip_tp_grad_norm(
-                parameters, max_norm, None if scaler is None else 1.0 / scaler.get_scale()
-            )
-        if scaler is not None:
-            # Lightning unscales inside `optimizer.step()`; measure on unscaled values and clip the scaled
-            # gradients by the same factor, which is what unscale-then-clip does.
-            inv_scale = 1.0 / scaler.get_scale()
-            norm = torch.nn.utils.get_total_norm([p.grad for p in parameters]) * inv_scale
-            if max_norm != float("inf"):
-                torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, norm)
-            return norm
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+        inv_scale = None if scaler is None else 1.0 / scaler.get_scale()
+        return self._strategy_steps.clip_gradients_norm(model, max_grad_norm if clips else None, inv_scale)
 
     def _maybe_log_save_evaluate(
         self, grad_norm: Any, epoch: int, learning_rate: float | None = None

@@ -314,7 +314,7 @@ class HFLightningTrainer(
         else:
             self.place_model_on_device = not (
                 self.is_model_parallel
-                or self.is_deepspeed_enabled
+                or self._strategy_steps.engine_places_model
                 or plan.evaluation.fp16_full_eval
                 or plan.evaluation.bf16_full_eval
             )

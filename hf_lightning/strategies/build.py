@@ -1,4 +1,5 @@
-"""What the plan's strategy is built into: the `strategy=` value for `lightning.Trainer`, and its checkpoint I/O."""
+"""What the plan's strategy is built into: the `strategy=` value for `lightning.Trainer`, its checkpoint I/O and
+its steps (clipping, the learning rate, the engine's questions)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO
 from hf_lightning.strategies.deepspeed.checkpoint_io import DeepSpeedCheckpointIO
+from hf_lightning.strategies.deepspeed.steps import DeepSpeedSteps
 from hf_lightning.strategies.fsdp.checkpoint import FSDPCheckpointIO
-from hf_lightning.strategies.fsdp.policies import is_fsdp_plan
+from hf_lightning.strategies.fsdp.policies import FSDP_STRATEGY_NAMES, is_fsdp_plan
+from hf_lightning.strategies.fsdp.steps import FSDPSteps
 from hf_lightning.strategies.process_group import process_group_kwargs
+from hf_lightning.strategies.steps import StrategySteps
 from hf_lightning.strategies.tensor_parallel.checkpoint_io import TensorParallelCheckpointIO
+from hf_lightning.strategies.tensor_parallel.steps import TensorParallelSteps
 
 if TYPE_CHECKING:
     from hf_lightning.translation.plan import Plan
@@ -80,3 +85,23 @@ def checkpoint_io_for(plan: Plan) -> StrategyCheckpointIO:
     if name == "tp":
         return TensorParallelCheckpointIO()
     return StrategyCheckpointIO()
+
+
+# Stateless, so one each; DeepSpeed's carries the plan's ZeRO stage.
+_STEPS: dict[str | None, StrategySteps] = {
+    None: StrategySteps(),
+    "ddp": StrategySteps(),
+    "tp": TensorParallelSteps(),
+    **{name: FSDPSteps() for name in FSDP_STRATEGY_NAMES},
+}
+
+
+def steps_for(plan: Plan) -> StrategySteps:
+    """What the plan's strategy does at each update and answers the engine (strategies/steps.py): clipping, the
+    learning rate, the inputs' dtype, generation's process sync, who places the model."""
+    strategy = plan.strategy
+    if strategy is None:
+        return _STEPS[None]
+    if strategy.name == "deepspeed":
+        return DeepSpeedSteps(None if strategy.deepspeed is None else strategy.deepspeed.zero_stage)
+    return _STEPS.get(strategy.name, _STEPS[None])

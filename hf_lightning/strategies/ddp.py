@@ -19,4 +19,4 @@ class MicroBatchDDPStrategy(DDPStrategy):
 
     def configure_ddp(self) -> None:
         module = self.model
-        module.facade.model_wrapped = self._setup_model(module.model)
+        module.adopt_wrapped_model(self._setup_model(module.model), as_model=False)

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from hf_lightning.args.deepspeed_config import get_value
 from hf_lightning.core.autocast import planned_autocast_dtype
+from hf_lightning.strategies.deepspeed.steps import deepspeed_input_dtype
 from hf_lightning.strategies.fsdp.policies import is_fsdp2_model
 from hf_lightning.strategies.tensor_parallel.state import trainer_tp_size
 
@@ -32,20 +32,6 @@ def evaluation_replicas(trainer: Any) -> int:
     """The processes that evaluate different samples: all of them, except that the tensor-parallel ranks of a
     replica see the same batches."""
     return max(1, getattr(trainer.args, "world_size", 1) // trainer_tp_size(trainer))
-
-
-def deepspeed_input_dtype(args: Any) -> torch.dtype:
-    """The reference's `hf_ds_config.dtype()`: bf16 / fp16 when the argument-time config enables it, else float32.
-
-    Read from `args.hf_deepspeed_config` (the config after the arguments filled its "auto" values, before accelerate
-    adds its own `fp16` / `bf16` sections), which is the config the reference takes its dtype from.
-    """
-    config = getattr(args, "hf_deepspeed_config", None) or {}
-    if get_value(config, "bf16.enabled"):
-        return torch.bfloat16
-    if get_value(config, "fp16.enabled"):
-        return torch.float16
-    return torch.float32
 
 
 def check_evaluation_before_training(trainer: Any) -> None:

@@ -49,3 +49,74 @@ def test_checkpoint_and_evaluation_read_no_strategy_flag():
                 if name in STRATEGY_FLAGS:
                     found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} reads {name}")
     assert not found, "strategy branches:\n" + "\n".join(found)
+
+
+# ---- engine/ asks the strategy's steps, never which strategy runs ----------------------------------------------
+
+ENGINE_FACADE_FLAGS = {"is_deepspeed_enabled", "is_fsdp_enabled"}  # the reference's attributes: set, never read
+# `trainer_tp_size` stays allowed: the tensor-parallel size is the process layout accelerate's surface reports.
+STRATEGY_KIND_NAMES = STRATEGY_FLAGS - ENGINE_FACADE_FLAGS - {"trainer_tp_size"} | {
+    "is_fsdp1_model",
+    "is_fsdp2_model",
+    "is_deepspeed_engine",
+    "DeepSpeedStrategy",
+    "FSDPStrategy",
+    "ModelParallelStrategy",
+    "DDPStrategy",
+    "HFDeepSpeedStrategy",
+    "HFFSDPStrategy",
+    "HFFSDP2Strategy",
+    "HFTensorParallelStrategy",
+    "MicroBatchDDPStrategy",
+}
+
+
+def _names(path) -> list[tuple[int, str, ast.AST]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute):
+            found.append((node.lineno, node.attr, node))
+        elif isinstance(node, ast.Name):
+            found.append((node.lineno, node.id, node))
+        elif isinstance(node, ast.alias):
+            found.append((node.lineno, node.name.rsplit(".", 1)[-1], node))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.append((node.lineno, node.value, node))  # getattr(trainer, "is_fsdp_enabled", ...)
+    return found
+
+
+def test_engine_does_not_branch_on_the_strategy_kind():
+    """Clipping, the learning rate, the inputs' dtype, generation's sync and model placement are the strategy's
+    (strategies/steps.py); the engine only sets the reference's `is_deepspeed_enabled` / `is_fsdp_enabled`."""
+    found = []
+    for path in sorted((ROOT / "engine").rglob("*.py")):
+        for line, name, node in _names(path):
+            where = f"{path.relative_to(ROOT.parent)}:{line}"
+            if name in STRATEGY_KIND_NAMES:
+                found.append(f"{where} names {name}")
+            elif name in ENGINE_FACADE_FLAGS and not (
+                isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+            ):
+                found.append(f"{where} reads {name}")
+    assert not found, "strategy branches in engine/ (ask the plan's StrategySteps instead):\n" + "\n".join(found)
+
+
+def _is_facade(node: ast.AST) -> bool:
+    """`facade`, `trainer` or `<anything>.facade`: the trainer the strategies must not write on."""
+    if isinstance(node, ast.Name):
+        return node.id in ("facade", "trainer")
+    return isinstance(node, ast.Attribute) and node.attr == "facade"
+
+
+def test_strategies_write_nothing_on_the_facade():
+    """A strategy hands what it built to the LightningModule (`adopt_wrapped_model`, `adopt_optimizer_and_scheduler`,
+    `adopt_engine`), which sets the facade's state and the reference's flags."""
+    found = []
+    for path in sorted((ROOT / "strategies").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for target in targets:
+                for element in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if isinstance(element, ast.Attribute) and _is_facade(element.value):
+                        found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} sets .{element.attr}")
+    assert not found, "strategies writing on the facade:\n" + "\n".join(found)

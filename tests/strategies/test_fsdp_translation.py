@@ -23,6 +23,7 @@ from torch.distributed.fsdp import (
 )
 
 import hf_lightning
+from hf_lightning.engine.module import HFLightningModule
 from hf_lightning.engine.precision import forward_only_mixed_precision_class
 from hf_lightning.strategies.build import build_strategy
 from hf_lightning.strategies.fsdp.strategy import HFFSDP2Strategy, HFFSDPStrategy, build_fsdp_strategy
@@ -351,7 +352,9 @@ class _Facade:
 
 
 class _Module:
-    """What the strategies read from HFLightningModule: `.facade` and a settable `.model`."""
+    """What the strategies use of HFLightningModule: `.facade`, a settable `.model` and its hand-over method."""
+
+    adopt_wrapped_model = HFLightningModule.adopt_wrapped_model
 
     def __init__(self, model):
         self.facade = _Facade(model)

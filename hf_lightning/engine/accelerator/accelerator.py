@@ -32,6 +32,7 @@ from hf_lightning.engine.accelerator.state import (
     GradientStateView,
 )
 from hf_lightning.strategies.fsdp.policies import gradient_sync_disabled
+from hf_lightning.strategies.steps import clip_scaled_grad_norm
 from hf_lightning.translation.parallelism import parallelism_sizes
 
 _NO_COMPOSABLE_PARALLELISM = (
@@ -412,12 +413,8 @@ class LightningAccelerator(ProcessControlMixin):
         """Clip the gradients' total norm at `max_norm` and return the norm before clipping (unscaled under fp16)."""
         parameters = [p for p in parameters if p.grad is not None]
         scaler = self._grad_scaler()
-        if scaler is None:
-            return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
-        inv_scale = 1.0 / scaler.get_scale()
-        norm = torch.nn.utils.get_total_norm([p.grad for p in parameters], norm_type) * inv_scale
-        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, norm)
-        return norm
+        inv_scale = None if scaler is None else 1.0 / scaler.get_scale()
+        return clip_scaled_grad_norm(parameters, max_norm, inv_scale, norm_type)
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         """Clip every gradient element to [-clip_value, clip_value] (of the unscaled gradients under fp16)."""

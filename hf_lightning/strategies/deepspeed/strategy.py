@@ -48,6 +48,7 @@ from hf_lightning.core.checkpoint_files import (
 )
 from hf_lightning.data.model_inputs import is_peft_model
 from hf_lightning.strategies.deepspeed.safe_load import verify_engine_checkpoint
+from hf_lightning.strategies.deepspeed.steps import engine_global_grad_norm, engine_learning_rate
 from hf_lightning.strategies.process_group import process_group_kwargs
 
 if TYPE_CHECKING:
@@ -148,24 +149,6 @@ def is_deepspeed_engine(model: Any) -> bool:
     return any(cls.__name__ == "DeepSpeedEngine" for cls in type(model).__mro__)
 
 
-def engine_global_grad_norm(engine: Any) -> float | None:
-    """The pre-clip gradient norm the engine measured in its last step, as a float (the reference logs it)."""
-    norm = engine.get_global_grad_norm()
-    return norm.item() if hasattr(norm, "item") else norm
-
-
-def engine_learning_rate(scheduler: Any) -> float:
-    """The reference's `_get_learning_rate` under DeepSpeed: 0 while fp16 loss-scale warm-up has not stepped yet."""
-    try:
-        last_lr = scheduler.get_last_lr()[0]
-    except AssertionError as error:
-        if "need to call step" not in str(error):
-            raise
-        logger.warning("tried to get lr value before scheduler/optimizer started stepping, returning lr=0")
-        last_lr = 0
-    return last_lr.item() if torch.is_tensor(last_lr) else last_lr
-
-
 # ---------------------------------------------------------------- precision
 
 
@@ -216,7 +199,8 @@ class HFDeepSpeedStrategy(DeepSpeedStrategy):
 
     Built from the argument-time config (`ResolvedDeepSpeedConfig`); the train-start values (bucket sizes,
     scheduler steps) and the mismatch check happen in `finalize_config`, at the latest in `setup`, before any
-    step. The facade's `optimizer`, `lr_scheduler`, `model_wrapped` and `deepspeed` are set when the engine exists.
+    step. The facade's `optimizer`, `lr_scheduler`, `model_wrapped` and `deepspeed` are handed to the LightningModule
+    (`adopt_optimizer_and_scheduler`, `adopt_engine`) when the engine exists.
     """
 
     # Read by HFLightningModule: the engine owns mixed precision (no forward autocast) and gradient reduction
@@ -283,8 +267,7 @@ class HFDeepSpeedStrategy(DeepSpeedStrategy):
         config = self.config
         deepspeed.utils.logger.setLevel(facade.args.get_process_log_level())
         self._warn_if_given_optimizers_are_dropped(facade)
-        facade.optimizer = None  # rebuilt on every train() call, as the reference's deepspeed_init does
-        facade.lr_scheduler = None
+        module.adopt_optimizer_and_scheduler(None, None)  # rebuilt on every train() call, as deepspeed_init does
         model = module.model
         optimizer, model_parameters, client_scheduler = None, None, None
         if config_owns_optimizer(config):
@@ -309,15 +292,12 @@ class HFDeepSpeedStrategy(DeepSpeedStrategy):
         view = EngineOptimizerView(engine_optimizer)
         self.optimizers = [view]
         self.lr_scheduler_configs = []
-        facade.optimizer = view
-        if engine.lr_scheduler is not None:
-            facade.lr_scheduler = EngineSchedulerView(engine.lr_scheduler)
-        else:
+        engine_scheduler = None if engine.lr_scheduler is None else EngineSchedulerView(engine.lr_scheduler)
+        module.adopt_optimizer_and_scheduler(view, engine_scheduler)
+        if engine_scheduler is None:
             # Neither section: the trainer's schedule, built on the wrapped optimizer and stepped by our module.
             facade.create_scheduler(num_training_steps=facade.state.max_steps)
-        facade.model_wrapped = engine
-        facade.deepspeed = engine
-        facade.is_deepspeed_enabled = True
+        module.adopt_engine(engine)
         # The engine moved the user's model; the LightningModule's recorded device follows (self.device).
         module._device = self.root_device
         self._set_deepspeed_activation_checkpointing()

@@ -177,11 +177,9 @@ def _refuse_user_optimizer(facade: Any) -> None:
 
 
 def _hand_to_facade(module: Any, wrapped: nn.Module) -> None:
-    """The wrapped model becomes the module's and the facade's `model` / `model_wrapped` (the reference's FSDP rule)."""
-    facade = module.facade
-    module.model = wrapped
-    facade.model = facade.model_wrapped = wrapped
-    facade.is_fsdp_enabled = True
+    """The wrapped model becomes the module's and the facade's `model` / `model_wrapped` (the reference's FSDP rule),
+    handed to the LightningModule, which sets the facade's state."""
+    module.adopt_wrapped_model(wrapped, as_model=True, fsdp=True)
 
 
 def is_fsdp2_model(model: Any) -> bool:
@@ -197,14 +195,14 @@ def is_fsdp1_model(model: Any) -> bool:
     return fsdp is not None and isinstance(model, fsdp.FullyShardedDataParallel)
 
 
-def fsdp1_clip_grad_norm(model: nn.Module, max_norm: float, inv_scale: float | None = None) -> torch.Tensor:
-    """The pre-clip gradient norm over every rank's shard, clipping at `max_norm` (accelerate calls FSDP1's
-    `clip_grad_norm_`). With fp16, gradients are still scaled by `1 / inv_scale` (Lightning unscales at the step):
-    measure unscaled and clip by the same factor, which is what unscale-then-clip does."""
+def fsdp1_clip_grad_norm(model: nn.Module, max_norm: float | None, inv_scale: float | None = None) -> torch.Tensor:
+    """The pre-clip gradient norm over every rank's shard, clipping at `max_norm` (None: measure only; accelerate
+    calls FSDP1's `clip_grad_norm_`). With fp16, gradients are still scaled by `1 / inv_scale` (Lightning unscales at
+    the step): measure unscaled and clip by the same factor, which is what unscale-then-clip does."""
     if inv_scale is None:
-        return model.clip_grad_norm_(max_norm)
+        return model.clip_grad_norm_(float("inf") if max_norm is None else max_norm)
     norm = model.clip_grad_norm_(float("inf")) * inv_scale
-    if max_norm != float("inf"):
+    if max_norm is not None:
         parameters = [p for p in model.parameters() if p.grad is not None]
         torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, norm)
     return norm

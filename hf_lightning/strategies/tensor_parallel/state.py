@@ -126,9 +126,9 @@ def load_full_optimizer_state(optimizer: torch.optim.Optimizer, state: Mapping[s
 
 
 def clip_tp_grad_norm(
-    parameters: Iterable[torch.Tensor], max_norm: float, inv_scale: float | None = None
+    parameters: Iterable[torch.Tensor], max_norm: float | None, inv_scale: float | None = None
 ) -> torch.Tensor:
-    """Clip the gradients of a tensor-parallel model at `max_norm` by their total 2-norm over every shard (the
+    """Clip the gradients of a tensor-parallel model at `max_norm` (None: measure only) by their total 2-norm over every shard (the
     one-process norm), and return that pre-clip norm. Sharded DTensor gradients are reduced across the
     tensor-parallel ranks (one collective); replicated ones and plain tensors (identical on every rank) count
     once. As `torch.nn.utils.clip_grad_norm_`: no host sync, a non-finite norm is returned, not raised."""
@@ -151,7 +151,7 @@ def clip_tp_grad_norm(
     total = total_square.sqrt()
     if inv_scale is not None:
         total = total * inv_scale
-    if max_norm != float("inf"):
+    if max_norm is not None:
         # fp16: the scaled gradients are clipped by the same factor (unscale-then-clip).
         coefficient = (max_norm / (total + 1e-6)).clamp(max=1.0)
         with torch.no_grad():

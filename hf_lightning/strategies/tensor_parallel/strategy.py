@@ -56,8 +56,7 @@ class HFTensorParallelStrategy(ModelParallelStrategy):
             model._tp_size = self.tp_size
             model._device_mesh = self.device_mesh
             setattr(model, SPLIT_BY_THE_TRAINER, True)
-        module.model = model
-        facade.model = facade.model_wrapped = model
+        module.adopt_wrapped_model(model, as_model=True)
 
 
 def _tied_embeddings(model: nn.Module) -> bool:
