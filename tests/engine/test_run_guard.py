@@ -157,13 +157,14 @@ def test_a_resume_after_a_rollback_continues_exactly(tmp_path):
     assert _max_difference(_weights(resumed), _weights(reference)) == 0.0
 
 
+@pytest.mark.parametrize(("ga", "kind"), [(1, "explode"), (2, "nan"), (4, "explode"), (4, "nan")])
 @pytest.mark.parametrize("action", ["skip", "rollback"])
-def test_iterable_data(tmp_path, action):
-    ga, n = 2, 40
+def test_iterable_data(tmp_path, action, ga, kind):
+    n = 10 * ga * BATCH
     bad = _bad_window(4, ga)
     reference = _reference(tmp_path, ga, n, bad, data="iterable")
     guard = RunGuard(action, **SETTINGS)
-    guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=_items(n, bad, "nan"), data="iterable",
+    guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=_items(n, bad, kind), data="iterable",
                      guard=guard)  # fmt: skip
     assert _max_difference(_weights(guarded), _weights(reference)) == 0.0
     assert len(guard.events) == 1
