@@ -120,6 +120,7 @@ def runs(tmp_path_factory):
     return {
         "reference": _fit(root / "reference", "reference"),
         "ours": _fit(root / "ours", "ours"),
+        "killed": _fit(root / "killed", "ours", kill=True),
         "root": root,
     }
 
@@ -140,6 +141,21 @@ def test_the_recipe_runs_unchanged_and_reports_the_folder_of_its_step(runs):
     assert ours.keys() == reference.keys()
     for name in ours:
         torch.testing.assert_close(ours[name], reference[name], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_lost_worker_is_restarted_and_continues_from_the_last_report(runs):
+    """Rank 1 dies at step 6; Ray restarts the group; `train()` (no resume argument) continues from Ray's step-4
+    checkpoint and ends bit-exact with the uninterrupted run."""
+    root = runs["root"]
+    assert (root / "killed" / "killed").read_text() == "rank 1"
+    attempts = (root / "killed" / "steps.txt").read_text().split()
+    second = [int(line.split(":")[1]) for line in attempts if line.startswith("2:")]
+    assert second == list(range(SAVE_STEPS + 1, MAX_STEPS + 1)), attempts
+    assert _reports_are_complete_folders_of_their_step(runs["killed"]) == [4, 8]
+    killed, uninterrupted = _weights(root, "killed"), _weights(root, "ours")
+    for name in uninterrupted:
+        assert torch.equal(killed[name], uninterrupted[name]), name
 
 
 def test_rays_lightning_recipe_is_refused_naming_the_supported_one(tmp_path):
