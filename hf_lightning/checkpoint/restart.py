@@ -58,7 +58,8 @@ def ray_train_checkpoint() -> Any:
         return None
     try:
         return train.get_checkpoint()
-    except (RuntimeError, ValueError):  # no Ray Train session in this process (the driver, a Tune trial)
+    # No Ray Train session in this process: the driver (RuntimeError), a Ray Tune trial (Ray raises DeprecationWarning).
+    except (RuntimeError, ValueError, DeprecationWarning):
         return None
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: `pip install -e \".[ray]\"` runs these tests")
+import ray.train  # noqa: E402, F401, F811  (a trial whose process has imported ray.train, as a script using both)
 import transformers  # noqa: E402
 from ray import tune  # noqa: E402
 
