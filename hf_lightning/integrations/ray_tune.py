@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +204,7 @@ def run_hp_search_ray(trainer: Any, n_trials: int, direction: str | list[str], *
     # The model is rebuilt by `model_init` in each trial; the trainer travels to the workers without it.
     model, trainer.model = trainer.model, None
     model_wrapped, trainer.model_wrapped = trainer.model_wrapped, None
+    handlers = _signal_handlers()
     try:
         trainable = tune.with_resources(tune.with_parameters(_objective, local_trainer=trainer), resources)
         tuner = tune.Tuner(
@@ -213,6 +216,7 @@ def run_hp_search_ray(trainer: Any, n_trials: int, direction: str | list[str], *
         results = tuner.fit()
     finally:
         trainer.model, trainer.model_wrapped = model, model_wrapped
+        _restore_signal_handlers(handlers)
     analysis = tune.ExperimentAnalysis(results.experiment_path, storage_filesystem=results.filesystem)
     if len(directions) == 1:
         best_trial = analysis.get_best_trial(metric="objective", mode=directions[0][:3], scope=ray_scope)
@@ -220,6 +224,21 @@ def run_hp_search_ray(trainer: Any, n_trials: int, direction: str | list[str], *
             raise RuntimeError(f"Ray Tune finished with no trial that reported an objective ({results.num_errors} failed).")
         return BestRun(best_trial.trial_id, best_trial.last_result["objective"], best_trial.config, analysis)
     return _pareto_front(analysis, directions)
+
+
+def _signal_handlers() -> dict[int, Any]:
+    """SIGINT and SIGUSR1's handlers (Ray Tune's driver replaces both for the search and keeps its own after)."""
+    numbers = [signal.SIGINT] + ([signal.SIGUSR1] if hasattr(signal, "SIGUSR1") else [])
+    return {number: signal.getsignal(number) for number in numbers}
+
+
+def _restore_signal_handlers(handlers: dict[int, Any]) -> None:
+    """Put the handlers back, so a later `train()` (Lightning's SLURM requeue on SIGUSR1) sees the process's own."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # Tune could not install any outside the main thread
+    for number, handler in handlers.items():
+        if handler is not None:
+            signal.signal(number, handler)
 
 
 def _pareto_front(analysis: Any, directions: list[str]) -> list[BestRun]:

@@ -18,9 +18,9 @@ import ray.train  # noqa: E402, F811
 from ray.train import FailureConfig, RunConfig, ScalingConfig  # noqa: E402
 from ray.train.torch import TorchTrainer  # noqa: E402
 
+from tests.integrations.ray_cluster import local_ray_cluster  # noqa: E402
 from tests.models import DropoutMLP, regression_data  # noqa: E402
 
-REPO = str(Path(__file__).resolve().parents[2])
 RUN_SECONDS = 300
 MAX_STEPS, SAVE_STEPS, KILL_STEP = 8, 4, 6
 POLL_SECONDS = 0.5
@@ -30,10 +30,8 @@ POLL_SECONDS = 0.5
 def ray_cluster():
     """One local Ray cluster for the module; its workers import this checkout's `tests` package."""
     # Ray's controller gathers the workers' reports (and registers their checkpoints) when it polls them.
-    env = {"PYTHONPATH": REPO, "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(POLL_SECONDS)}
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
-    yield
-    ray.shutdown()
+    with local_ray_cluster(RAY_TRAIN_HEALTH_CHECK_INTERVAL_S=str(POLL_SECONDS)):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -20,9 +20,9 @@ from hf_lightning import TrainingArguments  # noqa: E402
 from hf_lightning.callbacks import TrainerCallback  # noqa: E402
 from hf_lightning.engine.trainer import HFLightningTrainer  # noqa: E402
 from hf_lightning.integrations.hp_search import default_hp_space_ray  # noqa: E402
+from tests.integrations.ray_cluster import local_ray_cluster  # noqa: E402
 from tests.models import LinearRegressor  # noqa: E402
 
-REPO = str(Path(__file__).resolve().parents[2])
 LEARNING_RATES = [1e-3, 3e-2]
 SEARCH_SECONDS = 240  # each search is bounded; a hung cluster fails the test instead of the CI job
 
@@ -30,12 +30,8 @@ SEARCH_SECONDS = 240  # each search is bounded; a hung cluster fails the test in
 @pytest.fixture(scope="module", autouse=True)
 def ray_cluster():
     """One local Ray cluster for the module; its workers import this checkout's `tests` package."""
-    ray.init(
-        num_cpus=2, include_dashboard=False, log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": REPO, "RAY_SCOPE": "last"}},
-    )
-    yield
-    ray.shutdown()
+    with local_ray_cluster(RAY_SCOPE="last"):
+        yield
 
 
 @pytest.fixture(autouse=True)
@@ -163,12 +159,23 @@ def test_a_failed_trial_resumes_from_tune_checkpoint_exactly(tmp_path):
     assert trials[True].last_result["training_iteration"] == trials[False].last_result["training_iteration"] == 4
 
 
+def _mine(signum, frame):
+    return None
+
+
 def test_several_objectives_return_the_pareto_front(tmp_path):
-    """A list of directions: every trial reports its objectives; the front is the trials no other dominates."""
-    best = _search(
-        _trainer("ours", tmp_path), tmp_path, "pareto", direction=["minimize", "minimize"],
-        compute_objective=lambda metrics: [metrics["eval_loss"], 2 * metrics["eval_loss"]],
-    )
+    """A list of directions: every trial reports its objectives; the front is the trials no other dominates. Ray
+    Tune's driver replaces SIGINT and SIGUSR1 for the search and keeps them after; ours puts the process's own
+    back, so a later run's SIGUSR1 (Lightning's SLURM requeue) and Ctrl+C are not Ray's."""
+    previous, interrupt = signal.signal(signal.SIGUSR1, _mine), signal.getsignal(signal.SIGINT)
+    try:
+        best = _search(
+            _trainer("ours", tmp_path), tmp_path, "pareto", direction=["minimize", "minimize"],
+            compute_objective=lambda metrics: [metrics["eval_loss"], 2 * metrics["eval_loss"]],
+        )
+        assert signal.getsignal(signal.SIGUSR1) is _mine and signal.getsignal(signal.SIGINT) is interrupt
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
     results = _by_learning_rate(best[0])
     assert isinstance(best, list) and len(best) == 1
     winner = min(results, key=lambda lr: results[lr]["objective_0"])
@@ -207,3 +214,4 @@ def test_default_space_is_the_reference():
     assert ours["num_train_epochs"].categories == reference["num_train_epochs"].categories
     assert (ours["learning_rate"].lower, ours["learning_rate"].upper) == (1e-6, 1e-4)
     assert (ours["seed"].lower, ours["seed"].upper) == (1, 40)
+
