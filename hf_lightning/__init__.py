@@ -41,6 +41,7 @@ _EXPORTS = {
     "BestRun": "hf_lightning.core.outputs",
     "HPSearchBackend": "hf_lightning.integrations.hp_search",
     "default_hp_space_optuna": "hf_lightning.integrations.hp_search",
+    "default_hp_space_ray": "hf_lightning.integrations.hp_search",
     "default_compute_objective": "hf_lightning.integrations.hp_search",
     "EvalPrediction": "hf_lightning.core.outputs",
     "PredictionOutput": "hf_lightning.core.outputs",

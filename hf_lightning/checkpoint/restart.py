@@ -1,10 +1,11 @@
 """A restart by the launcher is a request to go on: the run continues from its last complete checkpoint.
 
-torchrun's elastic agent restarts the workers after a failure (`TORCHELASTIC_RESTART_COUNT` > 0) and SLURM requeues
-a preempted job (`SLURM_RESTART_COUNT` > 0), each running the same script again. A script that calls `train()`
+torchrun's elastic agent restarts the workers after a failure (`TORCHELASTIC_RESTART_COUNT` > 0), SLURM requeues
+a preempted job (`SLURM_RESTART_COUNT` > 0) and Ray Train restarts its worker group (`FailureConfig`), handing it
+the last reported checkpoint through `ray.train.get_checkpoint()`; each runs the same training function again. A script that calls `train()`
 without `resume_from_checkpoint` would start over (the reference does), redoing every step and rewriting the
-checkpoints; here such a `train()` continues from the newest complete checkpoint in `output_dir` and says so before
-training. `HF_LIGHTNING_RESUME_ON_RESTART=0` keeps the reference's start-over; outside a restart nothing changes.
+checkpoints; here such a `train()` continues from the newest complete checkpoint in `output_dir` (under Ray Train:
+from Ray's checkpoint, which lives in Ray's storage, not on the lost worker's disk) and says so before training. `HF_LIGHTNING_RESUME_ON_RESTART=0` keeps the reference's start-over; outside a restart nothing changes.
 Every process continues from the checkpoint the first one chose.
 """
 
@@ -17,11 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hf_lightning.checkpoint.files import newest_valid_checkpoint
+from hf_lightning.checkpoint.files import checkpoint_problem, newest_valid_checkpoint, resume_problem
 
 logger = logging.getLogger(__name__)
 
 RESUME_ON_RESTART_ENV = "HF_LIGHTNING_RESUME_ON_RESTART"
+RAY_TRAIN = "Ray Train's FailureConfig"
+# The folder `ray.train.huggingface.transformers.RayTrainReportCallback` puts the trainer's checkpoint in.
+RAY_CHECKPOINT_FOLDER = "checkpoint"
 # The launchers whose restart counter says this process runs the script again: variable -> the launcher's name.
 _RESTART_COUNTERS = {
     "TORCHELASTIC_RESTART_COUNT": "torchrun's elastic agent",
@@ -34,7 +38,7 @@ class LauncherRestart:
     """This process belongs to restart `count` of the job, made by `launcher`."""
 
     launcher: str
-    count: int
+    count: int | None  # None: Ray Train, which hands over a checkpoint rather than a counter
 
 
 def launcher_restart(environ: Mapping[str, str] = os.environ) -> LauncherRestart | None:
@@ -46,11 +50,46 @@ def launcher_restart(environ: Mapping[str, str] = os.environ) -> LauncherRestart
     return None
 
 
+def ray_train_checkpoint() -> Any:
+    """`ray.train.get_checkpoint()` inside a Ray Train worker (not None once Ray restarted or restored the group),
+    else None. Ray is not imported here: a Ray Train worker has imported it already."""
+    train = sys.modules.get("ray.train")
+    if train is None:
+        return None
+    try:
+        return train.get_checkpoint()
+    # No Ray Train session in this process: the driver (RuntimeError), a Ray Tune trial (Ray raises DeprecationWarning).
+    except (RuntimeError, ValueError, DeprecationWarning):
+        return None
+
+
+def _ray_checkpoint_folder(checkpoint: Any) -> str:
+    """The trainer's checkpoint folder inside Ray's checkpoint: local storage is read in place, other storage is
+    downloaded by Ray once (`Checkpoint.to_directory`)."""
+    import pyarrow.fs  # lazy: Ray's own dependency, only in a restarted Ray Train worker
+
+    local = isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem)
+    root = checkpoint.path if local else checkpoint.to_directory()
+    nested = os.path.join(root, RAY_CHECKPOINT_FOLDER)
+    if os.path.isdir(nested):
+        return nested
+    newest = newest_valid_checkpoint(root, resume=True)[0]  # a checkpoint-<N> folder reported by other code
+    return newest if newest is not None else root
+
+
+def _disabled(environ: Mapping[str, str]) -> bool:
+    return environ.get(RESUME_ON_RESTART_ENV, "1") in ("0", "false", "False")
+
+
 def checkpoint_after_restart(args: Any, environ: Mapping[str, str] = os.environ) -> str | None:
     """The checkpoint a `train()` without `resume_from_checkpoint` continues from after a launcher's restart (None:
     no restart, the opt-out set, or no complete checkpoint yet), the same on every process, said on the first."""
     restart = launcher_restart(environ)
-    if restart is None or environ.get(RESUME_ON_RESTART_ENV, "1") in ("0", "false", "False"):
+    if restart is None and not _disabled(environ):
+        ray_checkpoint = ray_train_checkpoint()
+        if ray_checkpoint is not None:
+            return _checkpoint_from_ray(args, ray_checkpoint)
+    if restart is None or _disabled(environ):
         return None
     checkpoint = None
     if os.path.isdir(args.output_dir):
@@ -61,13 +100,31 @@ def checkpoint_after_restart(args: Any, environ: Mapping[str, str] = os.environ)
             f"continuing from {checkpoint}" if checkpoint is not None
             else f"{args.output_dir} holds no complete checkpoint yet, so the run starts over"
         )
-        print(
-            f"hf_lightning: restart {restart.count} by {restart.launcher}: {said} "
-            f"({RESUME_ON_RESTART_ENV}=0 starts over, as transformers.Trainer does).",
-            file=sys.stderr,
-            flush=True,
-        )
+        _say(f"restart {restart.count} by {restart.launcher}: {said}")
     return checkpoint
+
+
+def _checkpoint_from_ray(args: Any, ray_checkpoint: Any) -> str:
+    """Ray's last reported checkpoint (every worker gets the same one from Ray), checked before training."""
+    folder = _ray_checkpoint_folder(ray_checkpoint)
+    problem = checkpoint_problem(folder) or resume_problem(folder)
+    if problem is not None:
+        raise ValueError(
+            f"Ray Train restarted the run with checkpoint {folder}, which cannot be resumed: {problem}. Report "
+            "checkpoints with ray.train.huggingface.transformers.RayTrainReportCallback, or set "
+            f"{RESUME_ON_RESTART_ENV}=0 to start over."
+        )
+    if args.process_index == 0:
+        _say(f"restart by {RAY_TRAIN}: continuing from Ray's last reported checkpoint {folder}")
+    return folder
+
+
+def _say(line: str) -> None:
+    print(
+        f"hf_lightning: {line} ({RESUME_ON_RESTART_ENV}=0 starts over, as transformers.Trainer does).",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _first_process_choice(checkpoint: str | None) -> str | None:

@@ -152,6 +152,30 @@ REFUSED_LIGHTNING_OVERRIDES: dict[str, str] = {
 }
 
 
+# Ray's Lightning recipe (docs/design.md, "Ray"): its strategies, environment and callback replace what the engine
+# builds from the arguments; the supported path on Ray Train is the transformers-on-Ray recipe.
+RAY_RECIPE = (
+    "on Ray Train, use the transformers-on-Ray recipe with this Trainer: in the TorchTrainer's train function "
+    "`trainer = ray.train.huggingface.transformers.prepare_trainer(trainer)` with "
+    "`callbacks=[ray.train.huggingface.transformers.RayTrainReportCallback()]`; Ray's process group, ranks and "
+    "devices are used as Ray set them up (README, \"On a Ray cluster\")"
+)
+
+
+def refuse_ray_lightning(values: Any, where: str) -> None:
+    """A ValueError naming the supported recipe when `values` holds a part of Ray's Lightning recipe
+    (`ray.train.lightning`: RayDDPStrategy, RayFSDPStrategy, RayDeepSpeedStrategy, RayLightningEnvironment,
+    its RayTrainReportCallback)."""
+    entries = values if isinstance(values, (list, tuple)) else [values]
+    classes = [v if isinstance(v, type) else type(v) for v in entries]
+    names = [c.__name__ for c in classes if (c.__module__ or "").startswith("ray.train.lightning")]
+    if names:
+        raise ValueError(
+            f"{where} got {', '.join(names)} from Ray's Lightning recipe (ray.train.lightning), which replaces the "
+            f"strategy, environment and checkpoints hf_lightning builds from TrainingArguments; {RAY_RECIPE}."
+        )
+
+
 def check_lightning_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of `overrides` after checking each key; a refused or unknown key raises ValueError naming it."""
     if not isinstance(overrides, Mapping):
@@ -159,6 +183,7 @@ def check_lightning_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
             f"lightning_trainer_overrides must be a dict of lightning.Trainer arguments, got {type(overrides).__name__}."
         )
     for key in overrides:
+        refuse_ray_lightning(overrides[key], f"lightning.Trainer override {key!r}")
         if key in REFUSED_LIGHTNING_OVERRIDES:
             raise ValueError(
                 f"lightning.Trainer override {key!r} is refused: the engine sets it itself; "

@@ -148,7 +148,7 @@ OVERRIDES: dict[str, Called | UserApi | Refused] = {
     "_load_callback_state": Called("train(resume_from_checkpoint=...), with restore_callback_states_from_checkpoint"),
     "_rotate_checkpoints": Refused("rotation follows save_total_limit and the tracked best checkpoint; set "
                                    "save_total_limit, or override _save_checkpoint"),
-    "_tune_save_checkpoint": Refused("Ray Tune is not supported (hyperparameter_search takes optuna)"),
+    "_tune_save_checkpoint": Called("hyperparameter_search(backend='ray'), at each evaluation of a step that saves"),
     # ---- Hub, hyperparameter search, metrics files ------------------------------------------------------------------
     "push_to_hub": UserApi(),
     "_push_from_checkpoint": Called("train(), after each save, with push_to_hub"),

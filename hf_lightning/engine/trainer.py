@@ -470,12 +470,16 @@ def _split_callbacks(callbacks: list | None) -> tuple[list, list]:
     """HF-style callbacks go to the callback handler; Lightning callbacks go to `lightning.Trainer`."""
     import lightning.pytorch as pl
 
+    # lazy: the Lightning bridge imports Lightning's trainer, which a facade built for evaluation only never needs
+    from hf_lightning.engine.lightning_bridge import refuse_ray_lightning
+
     hf_callbacks, lightning_callbacks = [], []
     for callback in callbacks or []:
         is_lightning = isinstance(callback, pl.Callback) or (
             isinstance(callback, type) and issubclass(callback, pl.Callback)
         )
         if is_lightning:
+            refuse_ray_lightning(callback, "callbacks=")
             lightning_callbacks.append(callback() if isinstance(callback, type) else callback)
         else:
             hf_callbacks.append(callback)

@@ -1,9 +1,9 @@
-"""Hyperparameter search with optuna, as the reference's `Trainer.hyperparameter_search` (HPO-5).
+"""Hyperparameter search with optuna or Ray Tune, as the reference's `Trainer.hyperparameter_search` (HPO-5).
 
 Each trial re-creates the model through `model_init`, applies the trial's parameters to `trainer.args`, trains
-(checkpoints go to `output_dir/run-<trial number>`), reports every training-time evaluation to optuna so a pruner
-can stop it, and returns the objective. optuna is imported lazily (the `optuna` extra: `pip install -e ".[optuna]"`
-from a checkout); the reference's other backends (Ray Tune, W&B sweeps) are refused with a ValueError.
+(checkpoints go to `output_dir/run-<trial id>`), reports every training-time evaluation to the backend so a pruner
+or scheduler can stop it, and returns the objective. optuna and Ray are imported lazily (the `optuna` and `ray`
+extras); the Ray Tune runner is integrations/ray_tune.py. W&B sweeps are refused with a ValueError.
 """
 
 from __future__ import annotations
@@ -21,6 +21,13 @@ from hf_lightning.args.deepspeed_config import deepspeed_fill_at_construction, l
 from hf_lightning.core.devices import empty_device_cache
 from hf_lightning.core.enums import ExplicitEnum, ParallelMode, enum_value
 from hf_lightning.core.outputs import BestRun
+from hf_lightning.integrations.ray_tune import (
+    MissingBackendError,
+    default_hp_space_ray,
+    import_ray_tune,
+    report_trial_to_ray,
+    run_hp_search_ray,
+)
 from hf_lightning.translation.translate import translate
 
 if TYPE_CHECKING:
@@ -32,7 +39,9 @@ __all__ = [
     "HyperparameterSearchMixin",
     "default_compute_objective",
     "default_hp_space_optuna",
+    "default_hp_space_ray",
     "run_hp_search_optuna",
+    "run_hp_search_ray",
 ]
 
 logger = logging.getLogger(__name__)
@@ -42,15 +51,11 @@ _OPTIMIZE_KWARGS = {"timeout": None, "n_jobs": 1, "gc_after_trial": False, "catc
 
 
 class HPSearchBackend(ExplicitEnum):
-    """The reference's backend names; only `optuna` is supported by hf_lightning."""
+    """The reference's backend names; `optuna` and `ray` are supported by hf_lightning."""
 
     OPTUNA = "optuna"
     RAY = "ray"
     WANDB = "wandb"
-
-
-class MissingBackendError(ImportError, RuntimeError):
-    """optuna is not installed. Also a RuntimeError, the type the reference raises for a missing backend."""
 
 
 def import_optuna():
@@ -91,12 +96,35 @@ def default_hp_space_optuna(trial: optuna.Trial) -> dict[str, float]:
     }
 
 
+def _installed(module: str) -> bool:
+    import importlib.util  # lazy: only a search without a backend name asks
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def resolve_backend(backend: str | HPSearchBackend | None) -> HPSearchBackend:
-    """`None` or `optuna` -> optuna (installed, else `MissingBackendError`); any other name -> ValueError."""
+    """`optuna` or `ray` (installed, else `MissingBackendError`); `None` -> optuna when installed, else Ray Tune
+    when installed (the reference's order); any other name -> ValueError."""
     name = enum_value(backend)
-    if name is None or name == HPSearchBackend.OPTUNA.value:
+    if name is None:
+        if not _installed("optuna") and _installed("ray.tune"):
+            name = HPSearchBackend.RAY.value
+        elif not _installed("optuna"):
+            raise MissingBackendError(
+                "hyperparameter_search needs a backend and none is installed: run `pip install -e \".[optuna]\"` "
+                "or `pip install -e \".[ray]\"` from a checkout (or `pip install optuna` / `pip install 'ray[tune]'`)."
+            )
+        else:
+            name = HPSearchBackend.OPTUNA.value
+    if name == HPSearchBackend.OPTUNA.value:
         import_optuna()
         return HPSearchBackend.OPTUNA
+    if name == HPSearchBackend.RAY.value:
+        import_ray_tune()
+        return HPSearchBackend.RAY
     known = [b.value for b in HPSearchBackend]
     kind = (
         "is not supported by hf_lightning"
@@ -104,9 +132,9 @@ def resolve_backend(backend: str | HPSearchBackend | None) -> HPSearchBackend:
         else f"is not a backend (the reference knows {known})"
     )
     raise ValueError(
-        f"hyperparameter_search(backend={name!r}): {name!r} {kind}; only the 'optuna' backend is supported. "
-        "Pass backend='optuna' (or leave it None) and install it with `pip install -e \".[optuna]\"` from a checkout "
-        "(or `pip install optuna`)."
+        f"hyperparameter_search(backend={name!r}): {name!r} {kind}; the 'optuna' and 'ray' backends are supported. "
+        "Pass backend='optuna' or backend='ray' (or leave it None) and install it with `pip install -e \".[optuna]\"` "
+        "or `pip install -e \".[ray]\"` from a checkout."
     )
 
 
@@ -128,12 +156,13 @@ class HyperparameterSearchMixin:
         hp_name: Callable[[optuna.Trial], str] | None = None,
         **kwargs: Any,
     ) -> BestRun | list[BestRun]:
-        """Search hyperparameters with optuna: one `train()` per trial, a fresh model from `model_init` each time.
+        """Search hyperparameters with optuna or Ray Tune: one `train()` per trial, a fresh model from `model_init`.
 
-        `direction` as a list makes a multi-objective study and returns the Pareto front as a list of `BestRun`.
-        `timeout`, `n_jobs`, `gc_after_trial` and `catch` in `kwargs` go to `study.optimize`; the others to
+        `direction` as a list makes a multi-objective search and returns the Pareto front as a list of `BestRun`.
+        optuna: `timeout`, `n_jobs`, `gc_after_trial` and `catch` in `kwargs` go to `study.optimize`; the others to
         `optuna.create_study` (`sampler`, `pruner`, `storage`, `study_name`, `load_if_exists`, ...), so a
-        study in a `storage` can be resumed after a crash.
+        study in a `storage` can be resumed after a crash. ray: `resources_per_trial`, then the keywords of
+        `ray.tune.TuneConfig` and `ray.tune.RunConfig` (`scheduler`, `search_alg`, `storage_path`, `name`, ...).
         """
         backend = resolve_backend(backend)
         if self.model_init is None:
@@ -141,10 +170,13 @@ class HyperparameterSearchMixin:
                 "To use hyperparameter search, you need to pass your model through a model_init function."
             )
         self.hp_search_backend = backend
-        self.hp_space = default_hp_space_optuna if hp_space is None else hp_space
+        default_space = default_hp_space_ray if backend == HPSearchBackend.RAY else default_hp_space_optuna
+        self.hp_space = default_space if hp_space is None else hp_space
         self.hp_name = hp_name
         self.compute_objective = default_compute_objective if compute_objective is None else compute_objective
         try:
+            if backend == HPSearchBackend.RAY:
+                return run_hp_search_ray(self, n_trials, direction, **kwargs)
             return run_hp_search_optuna(self, n_trials, direction, **kwargs)
         finally:
             # Also after a failed trial (the reference leaves the backend set then): later train() calls are plain.
@@ -155,7 +187,12 @@ class HyperparameterSearchMixin:
         self._trial = trial
         if self.hp_search_backend is None or trial is None:
             return
-        params = self.hp_space(trial)
+        ray = enum_value(self.hp_search_backend) == HPSearchBackend.RAY.value
+        if ray:
+            params = trial  # Ray Tune's sampled config
+            params.pop("wandb", None)
+        else:
+            params = self.hp_space(trial)
         for key, value in params.items():
             if not hasattr(self.args, key):
                 logger.warning(
@@ -168,7 +205,8 @@ class HyperparameterSearchMixin:
             if old_attr is not None:
                 value = type(old_attr)(value)
             setattr(self.args, key, value)
-        logger.info(f"Trial: {trial.params}")
+        if not ray:
+            logger.info(f"Trial: {trial.params}")
         self._refresh_deepspeed_config()
         # `train_batch_size` may be one of the searched parameters.
         self._train_batch_size = self.args.train_batch_size
@@ -191,21 +229,31 @@ class HyperparameterSearchMixin:
         self.args.hf_deepspeed_config = config
 
     def _report_to_hp_search(self, trial: Any, step: int, metrics: dict[str, float]) -> None:
-        """After a training-time evaluation: store the objective, report it to optuna, prune if it says so.
+        """After a training-time evaluation: store the objective, report it to the backend.
 
-        Only single-objective studies report; a pruned trial fires `on_train_end`, then raises `TrialPruned`
-        (before this step's checkpoint is written).
+        optuna: only single-objective studies report; a pruned trial fires `on_train_end`, then raises
+        `TrialPruned` (before this step's checkpoint is written). ray: `tune.report` with the objective, and a
+        trial checkpoint from `_tune_save_checkpoint` when this step saves.
         """
         if self.hp_search_backend is None or trial is None:
             return
         metrics = metrics.copy()
         self.objective = self.compute_objective(metrics)
+        if enum_value(self.hp_search_backend) == HPSearchBackend.RAY.value:
+            report_trial_to_ray(self, metrics)
+            return
         study = getattr(trial, "study", None)  # a FixedTrial (other DDP ranks) has none
         if study is not None and len(study.directions) == 1:
             trial.report(self.objective, step)
             if trial.should_prune():
                 self.callback_handler.on_train_end(self.args, self.state, self.control)
                 raise import_optuna().TrialPruned()
+
+
+    def _tune_save_checkpoint(self, checkpoint_dir: str) -> None:
+        """A Ray Tune trial's checkpoint: a complete `checkpoint-<global_step>` folder inside `checkpoint_dir` (the
+        files, marker and data position of an ordinary save, so a resumed trial continues exactly)."""
+        self._checkpointer.save_copy(checkpoint_dir)
 
 
 def _run_trial(trainer: Any, trial: Any) -> Any:

@@ -29,8 +29,9 @@ def test_extra_hints_name_the_checkout_install():
     from hf_lightning.integrations.hp_search import resolve_backend
 
     try:
-        resolve_backend("ray")
+        resolve_backend("wandb")
     except ValueError as error:
         assert 'pip install -e ".[optuna]"' in str(error) and "from a checkout" in str(error), error
+        assert 'pip install -e ".[ray]"' in str(error), error
     else:
-        raise AssertionError("backend='ray' was accepted")
+        raise AssertionError("backend='wandb' was accepted")

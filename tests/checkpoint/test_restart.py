@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
+import types
+
 import pytest
 
 from hf_lightning.checkpoint.restart import RESUME_ON_RESTART_ENV, LauncherRestart, launcher_restart
@@ -47,3 +51,48 @@ def test_the_opt_out_and_a_first_start_start_over(tmp_path, monkeypatch):
     monkeypatch.delenv(RESUME_ON_RESTART_ENV)
     monkeypatch.delenv("SLURM_RESTART_COUNT")
     assert _first_logged_step(train(tmp_path / "run")) == 1  # no restart: the checkpoints there are not used
+
+
+class _RayTrainSession:
+    """`ray.train` as a restarted Ray Train worker sees it: `get_checkpoint()` hands over the last reported checkpoint
+    (RayTrainReportCallback's layout: the trainer's folder under `checkpoint/`), or raises outside a session."""
+
+    def __init__(self, path=None, outside=False):
+        import pyarrow.fs
+
+        self.checkpoint = None if path is None else types.SimpleNamespace(
+            path=str(path), filesystem=pyarrow.fs.LocalFileSystem()
+        )
+        self.outside = outside
+
+    def get_checkpoint(self):
+        if self.outside:
+            raise RuntimeError("Ray Train function utilities not initialized.")
+        return self.checkpoint
+
+
+def test_a_ray_train_restart_continues_from_rays_checkpoint(tmp_path, monkeypatch, capsys):
+    """A group restarted by Ray (FailureConfig) gets its checkpoint from `ray.train.get_checkpoint()`, not from
+    output_dir (the lost worker's disk may be gone); the opt-out and a process outside Ray Train start over."""
+    uninterrupted = train(tmp_path / "full")
+    train(tmp_path / "first", stop_at=5)
+    reported = tmp_path / "ray" / "checkpoint_000000"
+    shutil.copytree(tmp_path / "first" / "checkpoint-4", reported / "checkpoint")
+    capsys.readouterr()
+    monkeypatch.setitem(sys.modules, "ray.train", _RayTrainSession(reported))
+    restarted = train(tmp_path / "elsewhere")  # a fresh disk: nothing of the first attempt's output_dir
+    err = capsys.readouterr().err
+    assert f"restart by Ray Train's FailureConfig: continuing from Ray's last reported checkpoint {reported}" in err
+    assert f"resuming from {reported / 'checkpoint'} at step 4 of 8" in err and restarted.state.global_step == 8
+    assert_bit_identical(weights(restarted), weights(uninterrupted))
+
+    monkeypatch.setenv(RESUME_ON_RESTART_ENV, "0")
+    assert _first_logged_step(train(tmp_path / "opted_out")) == 1
+    monkeypatch.delenv(RESUME_ON_RESTART_ENV)
+    monkeypatch.setitem(sys.modules, "ray.train", _RayTrainSession(outside=True))
+    assert _first_logged_step(train(tmp_path / "driver")) == 1
+
+    (reported / "checkpoint" / "trainer_state.json").unlink()
+    monkeypatch.setitem(sys.modules, "ray.train", _RayTrainSession(reported))
+    with pytest.raises(ValueError, match=r"Ray Train restarted the run with checkpoint .*RayTrainReportCallback"):
+        train(tmp_path / "broken")

@@ -32,6 +32,8 @@ CALLED_OUTSIDE_THESE_SCENARIOS = {
     "create_model_card": "push_to_hub() (tests/integrations/test_hub.py)",
     "_load_callback_state": "restore_callback_states_from_checkpoint (tests/parity/test_resume.py, the loading "
     "override points in the reference's order)",
+    "_tune_save_checkpoint": "hyperparameter_search(backend='ray') (tests/integrations/test_ray_tune.py, an override "
+    "leaves a file in every trial checkpoint)",
 }
 
 

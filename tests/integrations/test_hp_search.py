@@ -22,6 +22,7 @@ from transformers import trainer_utils as reference_utils
 from hf_lightning import TrainingArguments
 from hf_lightning.callbacks import TrainerCallback
 from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.integrations import hp_search
 from hf_lightning.integrations.hp_search import (
     BestRun,
     HPSearchBackend,
@@ -450,11 +451,12 @@ def test_default_space_and_objective_in_a_search_match_the_reference(tmp_path):
 
 
 def test_refusals_and_requirements(tmp_path, monkeypatch):
-    """Only optuna is a backend; model_init is required; a missing optuna names the extra to install."""
+    """optuna and ray are the backends; model_init is required; a missing backend names the extra to install, and
+    without a name the search takes optuna, else Ray Tune (the reference's order)."""
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none", disable_tqdm=True, use_cpu=True)
     trainer = HFLightningTrainer(model_init=tiny_regression, args=args, train_dataset=TRAIN)
-    for backend in ("ray", "wandb", "sigopt", HPSearchBackend.RAY):
-        with pytest.raises(ValueError, match=r"only the 'optuna' backend is supported") as error:
+    for backend in ("wandb", "sigopt", HPSearchBackend.WANDB):
+        with pytest.raises(ValueError, match=r"the 'optuna' and 'ray' backends are supported") as error:
             trainer.hyperparameter_search(backend=backend, n_trials=1)
         assert repr(getattr(backend, "value", backend)) in str(error.value)
     assert trainer.hp_search_backend is None
@@ -465,5 +467,14 @@ def test_refusals_and_requirements(tmp_path, monkeypatch):
 
     monkeypatch.setitem(sys.modules, "optuna", None)
     with pytest.raises(ImportError, match=r'pip install -e "\.\[optuna\]"') as error:
-        trainer.hyperparameter_search(n_trials=1)
+        trainer.hyperparameter_search(backend="optuna", n_trials=1)
     assert isinstance(error.value, MissingBackendError) and isinstance(error.value, RuntimeError)
+    # Without a name: Ray Tune when only Ray is installed; neither installed names both extras.
+    monkeypatch.setattr(hp_search, "_installed", lambda module: module == "ray.tune")
+    assert hp_search.resolve_backend(None) == HPSearchBackend.RAY
+    monkeypatch.setattr(hp_search, "_installed", lambda module: False)
+    with pytest.raises(MissingBackendError, match=r'pip install -e "\.\[optuna\]".*pip install -e "\.\[ray\]"'):
+        trainer.hyperparameter_search(n_trials=1)
+    monkeypatch.setitem(sys.modules, "ray.tune", None)
+    with pytest.raises(MissingBackendError, match=r'pip install -e "\.\[ray\]"'):
+        trainer.hyperparameter_search(backend="ray", n_trials=1)
