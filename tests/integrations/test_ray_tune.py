@@ -99,6 +99,11 @@ def _search(trainer, out: Path, name: str, **kwargs):
 def test_search_matches_the_reference_ray_backend(tmp_path):
     """Same trial hyperparameters -> the same objective at every report; the same best run; each report of a saving
     step carries a complete `checkpoint-<step>` written by our (overridden) `_tune_save_checkpoint`."""
+    # accelerate's process-wide GradientState keeps weak references to the dataloaders of earlier reference runs in
+    # this test process, and the reference's Ray backend pickles its trainer (accelerator included): start it clean.
+    from accelerate.state import GradientState
+
+    GradientState._reset_state()
     reference = _search(_trainer("reference", tmp_path), tmp_path, "reference")
     ours = _search(_trainer("ours", tmp_path), tmp_path, "ours")
 
