@@ -20,8 +20,6 @@ import copy
 import logging
 import os
 import threading
-import types
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +36,7 @@ __all__ = [
     "BackgroundCheckpointWriter",
     "PendingSave",
     "check_checkpoint_plugins",
+    "refuse_background_writes_without_support",
 ]
 
 # Named points of an asynchronous save, besides the save points every save passes (`files.SAVE_POINTS`, which the
@@ -96,6 +95,15 @@ def async_writes_enabled(lightning_trainer: Any) -> bool:
     return isinstance(getattr(strategy, "checkpoint_io", None), _async_checkpoint_io_class())
 
 
+def refuse_background_writes_without_support(checkpoint_io: Any) -> None:
+    """ValueError when the strategy's checkpoint I/O cannot take a copied state (it gathers across ranks)."""
+    if not checkpoint_io.supports_background_writes:
+        raise ValueError(
+            "AsyncCheckpointIO in lightning_trainer_overrides['plugins'] supports single-process and DDP "
+            "runs; DeepSpeed, FSDP and tensor-parallel checkpoints gather across ranks while saving. Remove the plugin."
+        )
+
+
 # ---- the copy off the device ---------------------------------------------------------------------------------
 
 
@@ -136,85 +144,6 @@ def _copy_tensor(tensor: Any, memo: dict) -> Any:
         return tensor.to("cpu", copy=True)
 
 
-class _StateDictCopy:
-    """Stands for an optimizer / scheduler / scaler in the writer thread: `state_dict()` is the copy."""
-
-    def __init__(self, state: Any):
-        self._state = state
-
-    def state_dict(self) -> Any:
-        return self._state
-
-
-class _ModelCopy:
-    """Stands for the model in the writer thread: its `state_dict()` is the copy, and `save_pretrained` saves it."""
-
-    def __init__(self, model: Any, state: Any):
-        self._model = model
-        self._state = state
-
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        return self._state
-
-    def save_pretrained(self, save_directory: str, *args: Any, state_dict: Any = None, **kwargs: Any) -> Any:
-        state = self._state if state_dict is None else state_dict
-        return self._model.save_pretrained(save_directory, *args, state_dict=state, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._model, name)
-
-
-class _FacadeCopy:
-    """The facade as it was at the save: the copied objects in place of the live ones, the facade's methods bound
-    to this object, everything else read from the facade (arguments, processing class, collator)."""
-
-    def __init__(self, facade: Any, replaced: dict[str, Any]):
-        self.__dict__["_facade"] = facade
-        self.__dict__.update(replaced)
-
-    def __getattr__(self, name: str) -> Any:
-        import inspect
-
-        facade = self.__dict__["_facade"]
-        try:
-            attribute = inspect.getattr_static(type(facade), name)
-        except AttributeError:
-            return getattr(facade, name)
-        if isinstance(attribute, types.FunctionType):
-            return types.MethodType(attribute, self)
-        return getattr(facade, name)
-
-
-def snapshot_for_writing(facade: Any) -> _FacadeCopy:
-    """Copy, on the training thread, everything a checkpoint holds as it is now."""
-    args = facade.args
-    plan = facade.plan
-    replaced: dict[str, Any] = {}
-    should_save = args.should_save
-    model_state = copy_state(facade.model.state_dict()) if should_save else None
-    replaced["model"] = _ModelCopy(facade.model, model_state)
-    if should_save and not plan.checkpointing.save_only_model:
-        replaced["optimizer"] = _StateDictCopy(copy_state(facade.optimizer.state_dict()))
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
-            replaced["lr_scheduler"] = _StateDictCopy(copy_state(facade.lr_scheduler.state_dict()))
-    lightning_trainer = getattr(facade, "lightning_trainer", None)
-    scaler = getattr(getattr(lightning_trainer, "precision_plugin", None), "scaler", None)
-    scaler_copy = _StateDictCopy(copy_state(scaler.state_dict())) if scaler is not None else None
-    replaced["lightning_trainer"] = types.SimpleNamespace(
-        precision_plugin=types.SimpleNamespace(scaler=scaler_copy)
-    )
-    rng_states = facade._rng_states()
-    replaced["_rng_states"] = lambda: rng_states
-    data_position = facade._data_position_record()
-    replaced["_data_position_record"] = lambda: data_position
-    if should_save:
-        facade._refresh_stateful_callbacks()
-    replaced["state"] = copy.deepcopy(facade.state)
-    replaced["_refresh_stateful_callbacks"] = lambda: None
-    return _FacadeCopy(facade, replaced)
-
-
 # ---- the background writer -------------------------------------------------------------------------------------
 
 
@@ -245,29 +174,19 @@ class BackgroundCheckpointWriter:
         """Whether a write was started and not yet waited for."""
         return self._thread is not None
 
-    def submit(self, facade: Any, save: PendingSave, checkpointer: Any) -> Any:
-        """Copy the state now and write it in the background (after the previous write, waited for), with
-        `checkpointer`'s protocol (checkpoint/checkpointer.py); returns the copy. All ranks."""
-        if not facade._checkpoint_io.supports_background_writes:
-            raise ValueError(
-                "AsyncCheckpointIO in lightning_trainer_overrides['plugins'] supports single-process and DDP "
-                "runs; DeepSpeed, FSDP and tensor-parallel checkpoints gather across ranks while saving. Remove the plugin."
-            )
+    def submit(self, staged: Any, save: PendingSave, checkpointer: Any, live_state: Any) -> None:
+        """Write `staged` (checkpoint/staging.py, copied off the device on the training thread) in the background
+        with `checkpointer`'s protocol (checkpoint/checkpointer.py), after the previous write. `live_state`: the
+        trainer state whose best checkpoint a failed write puts back. All ranks."""
         self.wait()
         group = self._rank_group()
-        view = snapshot_for_writing(facade)
         reach("snapshot")
-        self._pending = (facade, save)
+        self._pending = (live_state, save)
         self._finished.clear()
         self._thread = threading.Thread(
-            target=self._write, args=(checkpointer, view, save, group), name="hf_lightning-checkpoint-writer"
+            target=self._write, args=(checkpointer, staged, save, group), name="hf_lightning-checkpoint-writer"
         )
         self._thread.start()
-        if facade.plan.hub.push_to_hub:
-            # The push reads the committed folder: wait for it, then push from the training thread.
-            self.wait()
-            facade._push_checkpoint(save.final_dir)
-        return view
 
     def all_finished(self, collective: bool = True) -> bool:
         """Whether the pending write has finished (committed or failed) on every rank; `collective`: agreed over the
@@ -288,9 +207,9 @@ class BackgroundCheckpointWriter:
         failure, self._failure = self._failure, None
         if failure is None:
             return
-        facade, save = pending
-        if facade.state.best_model_checkpoint == save.final_dir:
-            facade.state.best_model_checkpoint = save.previous_best
+        state, save = pending
+        if state.best_model_checkpoint == save.final_dir:
+            state.best_model_checkpoint = save.previous_best
         raise RuntimeError(f"The background write of {save.final_dir} failed: {failure!r}") from failure
 
     def _rank_group(self) -> Any:
@@ -304,20 +223,20 @@ class BackgroundCheckpointWriter:
             self._announce_group = dist.new_group(backend="gloo")
         return self._group
 
-    def _write(self, checkpointer: Any, view: Any, save: PendingSave, group: Any) -> None:
-        should_save = view.args.should_save
+    def _write(self, checkpointer: Any, staged: Any, save: PendingSave, group: Any) -> None:
+        should_save = staged.should_save
 
         def write_own_part() -> None:
-            checkpointer.write_files(view, save.temporary_dir)
+            checkpointer.write_files(staged, save.temporary_dir)
             if not should_save:
-                own = os.path.join(save.temporary_dir, rng_state_file_name(view.args.world_size, view.args.process_index))
+                own = os.path.join(save.temporary_dir, rng_state_file_name(staged.world_size, staged.process_index))
                 if os.path.exists(own):
                     _fsync_file(own)
 
         def commit() -> None:
             if should_save:
-                checkpointer.commit(view, save.temporary_dir, save.final_dir, save.token)
-                checkpointer.rotate_after_save(view, save.run_dir, save.final_dir, save.token)
+                checkpointer.commit(staged, save.temporary_dir, save.final_dir, save.token)
+                checkpointer.rotate_after_save(staged, save.run_dir, save.final_dir, save.token)
 
         try:
             reach("write_begin")

@@ -6,10 +6,12 @@ then are old checkpoints rotated out. It also owns the background writer of Ligh
 (checkpoint/async_writes.py), which runs the same protocol on a copy of the state, the best-checkpoint path the
 trainer state names, and the end-of-training rotation.
 
-What goes into the folder is the trainer's: its reference-named methods (`save_model`, `_save_optimizer_and_scheduler`,
-`_save_scaler`, `_save_rng_state`, `_get_output_dir`, `store_flos`) are the override points the protocol calls, on
-the trainer or, for a background write, on its copy. One `Checkpointer` lives as long as its trainer, as Lightning's
-trainer keeps its checkpoint connector: a write started by one `train()` is joined by the next.
+What goes into the folder flows down: the trainer's state is gathered as plain data on the training thread
+(checkpoint/staging.py: live for a synchronous save, copied for a background one) and written with the strategy's
+checkpoint I/O. Where a subclass overrides a save hook (`save_model`, `_save`, `_save_optimizer_and_scheduler`,
+`_save_scaler`, `_save_rng_state`), the hooks write the files instead, on the training thread, synchronously even
+with background writes requested. One `Checkpointer` lives as long as its trainer, as Lightning's trainer keeps its
+checkpoint connector: a write started by one `train()` is joined by the next.
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ import os
 import shutil
 from typing import Any
 
-from hf_lightning.checkpoint.async_writes import BackgroundCheckpointWriter, PendingSave, async_writes_enabled
+from hf_lightning.checkpoint.async_writes import (
+    BackgroundCheckpointWriter,
+    PendingSave,
+    async_writes_enabled,
+    copy_state,
+    refuse_background_writes_without_support,
+)
 from hf_lightning.checkpoint.durability import fsync_tree, writeback_while_writing
 from hf_lightning.checkpoint.fault_points import reach
 from hf_lightning.checkpoint.files import (
@@ -34,16 +42,25 @@ from hf_lightning.checkpoint.files import (
 )
 from hf_lightning.checkpoint.output_folder import write_failure
 from hf_lightning.checkpoint.run_lock import claim_output_dir, release_output_dir
+from hf_lightning.checkpoint.staging import (
+    StagedCheckpoint,
+    stage,
+    write_model_folder,
+    write_records,
+    write_rng_state,
+    write_scaler,
+)
 from hf_lightning.core.blocked_time import blocked_by
-from hf_lightning.core.checkpoint_files import TRAINER_STATE_NAME, checkpoint_folder_name
+from hf_lightning.core.checkpoint_files import checkpoint_folder_name
 from hf_lightning.core.enums import enum_value
-from hf_lightning.data.position_files import data_state_file_name, write_data_position, write_data_state
 from hf_lightning.strategies.distributed import barrier
 
 logger = logging.getLogger(__name__)
 
 # The save strategies under which the best metric's step is tracked (and its folder kept by rotation).
 BEST_TRACKING_SAVE_STRATEGIES = ("steps", "epoch", "best")
+# The reference's save hooks that write a checkpoint's files; an override of any makes the trainer's hooks write them.
+SAVE_HOOKS = ("save_model", "_save", "_save_optimizer_and_scheduler", "_save_scaler", "_save_rng_state")
 
 
 class Checkpointer:
@@ -66,7 +83,10 @@ class Checkpointer:
         # The time training stands still for the save (with AsyncCheckpointIO: the copy off the device).
         with blocked_by(trainer, "checkpoint"):
             self._submitted_state = None
-            trainer._save_checkpoint(trainer.model, trial)
+            if self._overridden("_save_checkpoint"):
+                trainer._save_checkpoint(trainer.model, trial)
+            else:  # the base `_save_checkpoint` is this save
+                self.save(trial)
             submitted, self._submitted_state = self._submitted_state, None
             if submitted is not None and self.writer is not None and self.writer.pending:
                 self._unannounced_state = submitted
@@ -107,6 +127,8 @@ class Checkpointer:
         if writer is not None:
             writer.wait()  # a second save starts once the first is committed (its failure is raised here)
             self.announce_committed_save(collective=False)
+        # An overriding hook needs the live trainer: that save is written on the training thread.
+        hooks_write = not self._plain_io() or any(self._overridden(name) for name in SAVE_HOOKS)
         if trainer.hp_search_backend is None and trial is None:
             trainer.store_flos()
         run_dir = trainer._get_output_dir(trial=trial)
@@ -125,16 +147,27 @@ class Checkpointer:
             barrier()
             self._update_best_model_checkpoint(run_dir, final_dir)
             if writer is not None:
-                view = writer.submit(trainer, PendingSave(run_dir, final_dir, temporary_dir, token, previous_best), self)
-                self._submitted_state = view.state
+                refuse_background_writes_without_support(trainer._checkpoint_io)
+            if writer is not None and not hooks_write:
+                staged = stage(trainer, copy_tensors=copy_state)
+                pending = PendingSave(run_dir, final_dir, temporary_dir, token, previous_best)
+                writer.submit(staged, pending, self, trainer.state)
+                self._submitted_state = staged.state
+                if trainer.plan.hub.push_to_hub:  # the push reads the committed folder: wait, then push from here
+                    writer.wait()
+                    trainer._push_checkpoint(final_dir)
                 return
             # A process whose filesystem holds no writer's scratch folder (another node's disk, no
             # save_on_each_node) writes its RNG file straight into checkpoint-N there, as the reference does.
             rng_dir = temporary_dir if should_save or os.path.isdir(temporary_dir) else final_dir
-            self.write_files(trainer, temporary_dir, rng_dir)
+            if hooks_write:
+                staged = self.write_through_hooks(temporary_dir, rng_dir)
+            else:
+                staged = stage(trainer)
+                self.write_files(staged, temporary_dir, rng_dir)
             barrier()
             if should_save:
-                self.commit(trainer, temporary_dir, final_dir, token)
+                self.commit(staged, temporary_dir, final_dir, token)
         except BaseException as error:
             trainer.state.best_model_checkpoint = previous_best
             failure = None
@@ -150,7 +183,7 @@ class Checkpointer:
         with blocked_by(trainer, "hub"):  # what of a Hub push runs before training goes on (integrations/hub.py)
             trainer._push_checkpoint(final_dir)
         if should_save:
-            self.rotate_after_save(trainer, run_dir, final_dir, token)
+            self.rotate_after_save(staged, run_dir, final_dir, token)
         barrier()  # no process announces the folder (on_save) before the saving process has committed it
 
     def save_copy(self, root: str) -> str:
@@ -161,59 +194,67 @@ class Checkpointer:
         token = str(os.getpid())
         temporary_dir = temporary_checkpoint_dir(root, trainer.state.global_step, token)
         os.makedirs(temporary_dir)
-        self.write_files(trainer, temporary_dir)
-        self.commit(trainer, temporary_dir, final_dir, token)
+        if not self._plain_io() or any(self._overridden(name) for name in SAVE_HOOKS):
+            staged = self.write_through_hooks(temporary_dir, temporary_dir)
+        else:
+            staged = stage(trainer)
+            self.write_files(staged, temporary_dir)
+        self.commit(staged, temporary_dir, final_dir, token)
         return final_dir
 
-    def write_files(self, source: Any, temporary_dir: str, rng_dir: str | None = None) -> None:
-        """Every file of one checkpoint into `temporary_dir` (model, optimizer, scheduler, scaler, RNG, state), through
-        `source`'s override points (the trainer, or its copy for a background write); the RNG file into `rng_dir`
-        when given. The disk starts writing them while the rest is serialised."""
+    def write_files(self, staged: StagedCheckpoint, temporary_dir: str, rng_dir: str | None = None) -> None:
+        """Every file of one staged checkpoint into `temporary_dir` (model, optimizer, scheduler, scaler, RNG, data
+        position, state), the optimizer's with the strategy's checkpoint I/O; the RNG file into `rng_dir` when given.
+        The disk starts writing them while the rest is serialised."""
         with writeback_while_writing(temporary_dir) as start_writeback:
-            source.save_model(temporary_dir, _internal_call=True)
+            if staged.should_save:
+                write_model_folder(
+                    temporary_dir, staged.model, staged.model_state, staged.processing_class, staged.data_collator,
+                    staged.training_args,
+                )  # fmt: skip
             start_writeback()
-            if not source.plan.checkpointing.save_only_model:
-                source._save_optimizer_and_scheduler(temporary_dir)
+            if not staged.save_only_model:
+                if staged.should_save:
+                    io = self.trainer._checkpoint_io
+                    io.write_optimizer_and_scheduler(staged.optimizer_state, staged.scheduler_state, temporary_dir, reach)
                 start_writeback()
-                source._save_scaler(temporary_dir)
-                source._save_rng_state(rng_dir or temporary_dir)
-            # Where the train data stands, with the training state a resume restores: this process's loader state
-            # beside its RNG file, the run's position by the saving process (data/position_files.py).
-            args = source.args
-            record = None if source.plan.checkpointing.save_only_model else source._data_position_record()
-            if record is not None:
-                state_name = data_state_file_name(args.world_size, args.process_index)
-                write_data_state(rng_dir or temporary_dir, record, state_name)
-            if source.args.should_save:
-                if record is not None:
-                    write_data_position(temporary_dir, record)
-                source._refresh_stateful_callbacks()
-                reach("trainer_state")
-                source.state.save_to_json(os.path.join(temporary_dir, TRAINER_STATE_NAME))
+                if staged.scaler_state is not None:
+                    write_scaler(temporary_dir, staged.scaler_state)
+                write_rng_state(rng_dir or temporary_dir, staged.rng_states, staged.world_size, staged.process_index)
+            write_records(staged, temporary_dir, rng_dir)
 
-    def commit(self, source: Any, temporary_dir: str, final_dir: str, token: str) -> None:
+    def write_through_hooks(self, temporary_dir: str, rng_dir: str) -> StagedCheckpoint:
+        """The files written by the trainer's save hooks (a subclass overrides one), on the training thread, then
+        the records staged after them and written; returns the records."""
+        trainer = self.trainer
+        with writeback_while_writing(temporary_dir) as start_writeback:
+            trainer.save_model(temporary_dir, _internal_call=True)
+            start_writeback()
+            if not trainer.plan.checkpointing.save_only_model:
+                trainer._save_optimizer_and_scheduler(temporary_dir)
+                start_writeback()
+                trainer._save_scaler(temporary_dir)
+                trainer._save_rng_state(rng_dir)
+            staged = stage(trainer, files=False)
+            write_records(staged, temporary_dir, rng_dir)
+        return staged
+
+    def commit(self, staged: StagedCheckpoint, temporary_dir: str, final_dir: str, token: str) -> None:
         """Make the written files durable, write the completion marker, rename the folder into place."""
         reach("fsync")
         # The folder's own entries are made durable once, by the marker's write, before the rename commits.
         fsync_tree(temporary_dir, include_root=False)
         reach("marker")
-        values = getattr(getattr(source, "_training_run", None), "values", None)
-        write_complete_marker(
-            temporary_dir, source.state.global_step, getattr(values, "total_train_batch_size", None)
-        )
+        write_complete_marker(temporary_dir, staged.global_step, staged.total_train_batch_size)
         commit_checkpoint(temporary_dir, final_dir, token)
 
-    def rotate_after_save(self, source: Any, run_dir: str, final_dir: str, token: str) -> None:
+    def rotate_after_save(self, staged: StagedCheckpoint, run_dir: str, final_dir: str, token: str) -> None:
         """After a commit: tidy other saves' scratch folders, then delete checkpoints beyond the limit."""
         # Scratch of killed saves first, so a restored aside folder takes part in the rotation.
         clean_scratch_folders(run_dir, token)
         reach("rotate")
         rotate_checkpoints(
-            run_dir,
-            source.plan.checkpointing.save_total_limit,
-            source.state.best_model_checkpoint,
-            newest=final_dir,
-            token=token,
+            run_dir, staged.save_total_limit, staged.state.best_model_checkpoint, newest=final_dir, token=token
         )
 
     def _update_best_model_checkpoint(self, run_dir: str, final_dir: str) -> None:
@@ -265,6 +306,19 @@ class Checkpointer:
             logger.info(f"Deleting older checkpoint [{path}] due to plan.checkpointing.save_total_limit")
             # Only the processes allowed to save get here, so no collective: the token is this process's pid.
             delete_checkpoint(path, str(os.getpid()))
+
+    # ---- who writes -----------------------------------------------------------------------------------------------
+
+    def _overridden(self, name: str) -> bool:
+        """Whether the trainer's `name` is not the base hook (a subclass, a library's class or the instance overrides
+        it); read at each save, so a later class patch counts."""
+        trainer = self.trainer
+        return getattr(getattr(trainer, name), "__func__", None) is not trainer._base_save_hooks[name]
+
+    def _plain_io(self) -> bool:
+        """Whether the strategy writes a staged checkpoint: its I/O takes plain state (one process or DDP); a sharded
+        strategy's hooks gather across ranks from the live model."""
+        return self.trainer._checkpoint_io.supports_background_writes
 
     # ---- background writes ----------------------------------------------------------------------------------
 

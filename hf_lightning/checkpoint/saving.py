@@ -9,11 +9,9 @@ are rotated out only after that. `training_args.bin` holds a plain, token-free d
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import os
-import random
-import warnings
+from types import MappingProxyType
 from typing import Any
 
 from hf_lightning.callbacks import is_exportable_state
@@ -26,7 +24,6 @@ from hf_lightning.checkpoint.files import (
     is_complete_checkpoint,
 )
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
-from hf_lightning.checkpoint.output_folder import apply_umask
 from hf_lightning.checkpoint.resume import (
     load_callback_state,
     load_rng_state,
@@ -34,14 +31,16 @@ from hf_lightning.checkpoint.resume import (
     resume_files,
     warn_on_version_mismatch,
 )
-from hf_lightning.checkpoint.save_imports import deepspeed_probe_skipped_while_unloaded
-from hf_lightning.core.checkpoint_files import (
-    SAFE_WEIGHTS_NAME,
-    SCALER_NAME,
-    TRAINER_STATE_NAME,
-    TRAINING_ARGS_NAME,
-    rng_state_file_name,
+from hf_lightning.checkpoint.staging import (
+    is_pretrained_model,
+    rng_states,
+    training_args_to_plain_dict,
+    unwrap_model,
+    write_model_folder,
+    write_rng_state,
+    write_scaler,
 )
+from hf_lightning.core.checkpoint_files import TRAINER_STATE_NAME
 from hf_lightning.core.enums import enum_value
 from hf_lightning.data.position_files import SKIPPED_WINDOWS_KEY
 from hf_lightning.strategies.build import checkpoint_io_for
@@ -55,75 +54,10 @@ __all__ = [
     "checkpoints_to_delete_at_train_end",
     "get_last_checkpoint",
     "is_complete_checkpoint",
+    "is_pretrained_model",
     "training_args_to_plain_dict",
+    "unwrap_model",
 ]
-
-# Save strategies for which the reference records `best_global_step` (and so a best checkpoint).
-
-
-def is_pretrained_model(model: Any) -> bool:
-    """Duck-typed `PreTrainedModel` (or PEFT model): it saves itself with `save_pretrained` and has a `config`."""
-    return callable(getattr(model, "save_pretrained", None)) and hasattr(model, "config")
-
-
-def unwrap_model(model: Any) -> Any:
-    """The user's module inside DDP / DataParallel (`.module`) and `torch.compile` (`._orig_mod`) wrappers."""
-    import torch
-
-    while True:
-        if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
-            model = model.module
-        elif isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
-            model = model._orig_mod
-        else:
-            return model
-
-
-def _plain(value: Any, field: str) -> Any:
-    """`value` as types `torch.load(weights_only=True)` accepts (containers of str / numbers / bool / None)."""
-    import torch
-
-    if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
-        return value
-    if isinstance(value, enum.Enum):
-        return _plain(value.value, field)
-    if isinstance(value, dict):
-        return {_plain(key, field): _plain(item, field) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_plain(item, field) for item in value)
-    if isinstance(value, (set, frozenset)):
-        return {_plain(item, field) for item in value}
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if callable(getattr(value, "to_dict", None)):
-        return _plain(value.to_dict(), field)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _plain(dataclasses.asdict(value), field)
-    warnings.warn(
-        f"training_args.bin: field {field!r} holds a {type(value).__name__}, which is not a plain type; it is "
-        "stored as its str() so the file stays loadable with torch.load(weights_only=True).",
-        stacklevel=3,
-    )
-    return str(value)
-
-
-def training_args_to_plain_dict(args: Any) -> dict[str, Any]:
-    """`args.to_dict()` as plain types, with every `*_token` field replaced by its `<FIELD_TOKEN>` placeholder.
-
-    The reference's `to_dict` already redacts tokens; redacting again here keeps a secret off disk even when a
-    foreign arguments object does not.
-    """
-    to_dict = getattr(args, "to_dict", None)
-    if not callable(to_dict):
-        raise TypeError(
-            f"Cannot save the training arguments: {type(args).__name__} has no `to_dict()`. Pass a "
-            "`TrainingArguments` (hf_lightning's or transformers')."
-        )
-    plain = {}
-    for key, value in to_dict().items():
-        plain[key] = f"<{key.upper()}>" if key.endswith("_token") else _plain(value, key)
-    return plain
-
 
 class CheckpointMixin(MetricsIOMixin):
     """Checkpoint writing, best-metric tracking and best-model loading, as the reference's `Trainer` does them.
@@ -168,7 +102,8 @@ class CheckpointMixin(MetricsIOMixin):
         """Write `checkpoint-<global_step>` atomically, then rotate old checkpoints (CKPT-3.6). All ranks.
 
         The reference's override point; the protocol is the trainer's `Checkpointer` (checkpoint/checkpointer.py),
-        which calls back `save_model`, `_save_optimizer_and_scheduler`, `_save_scaler` and `_save_rng_state`.
+        which writes a staged checkpoint, or calls back `save_model`, `_save_optimizer_and_scheduler`, `_save_scaler`
+        and `_save_rng_state` where a subclass overrides one (on the training thread).
         """
         self._checkpointer.save(trial)
 
@@ -184,40 +119,14 @@ class CheckpointMixin(MetricsIOMixin):
 
     def _save_scaler(self, output_dir: str) -> None:
         """`scaler.pt` when Lightning's precision plugin holds an AMP grad scaler (fp16)."""
-        import torch
-
-        lightning_trainer = self.lightning_trainer
-        scaler = getattr(getattr(lightning_trainer, "precision_plugin", None), "scaler", None)
+        scaler = getattr(getattr(self.lightning_trainer, "precision_plugin", None), "scaler", None)
         if scaler is None or not self.args.should_save:
             return
-        torch.save(scaler.state_dict(), os.path.join(output_dir, SCALER_NAME))
+        write_scaler(output_dir, scaler.state_dict())
 
     def _save_rng_state(self, output_dir: str) -> None:
         """`rng_state.pth` (`rng_state_<rank>.pth` when distributed) with the reference's keys. Every process."""
-        import torch
-
-        rng_states = self._rng_states()
-        os.makedirs(output_dir, exist_ok=True)
-        reach("rng")
-        file_name = rng_state_file_name(self.args.world_size, self.args.process_index)
-        torch.save(rng_states, os.path.join(output_dir, file_name))
-
-    def _rng_states(self) -> dict[str, Any]:
-        """This process's Python, numpy, CPU (and CUDA) generator states, under the reference's keys."""
-        import numpy as np
-        import torch
-
-        rng_states = {
-            "python": random.getstate(),
-            "numpy": np.random.get_state(),
-            "cpu": torch.random.get_rng_state(),
-        }
-        if torch.cuda.is_available():
-            if enum_value(self.args.parallel_mode) == "distributed":
-                rng_states["cuda"] = torch.cuda.random.get_rng_state_all()
-            else:
-                rng_states["cuda"] = torch.cuda.random.get_rng_state()
-        return rng_states
+        write_rng_state(output_dir, rng_states(self.args), self.args.world_size, self.args.process_index)
 
     def _data_position_record(self) -> Any:
         """Where the train data stands at this step (data/position_files.py's `DataPositionRecord`), when the train
@@ -358,50 +267,25 @@ class CheckpointMixin(MetricsIOMixin):
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """Weights (`save_pretrained` or a flat safetensors file), processing class files, `training_args.bin`."""
-        import torch
-
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         if not self.args.should_save:
             return
-        os.makedirs(output_dir, exist_ok=True)
-        logger.info(f"Saving model checkpoint to {output_dir}")
-        reach("model")
-        with deepspeed_probe_skipped_while_unloaded():
-            self._save_weights(output_dir, state_dict)
-        apply_umask(output_dir)
-        processing_class = self.processing_class
-        if processing_class is None:
-            tokenizer = getattr(self.data_collator, "tokenizer", None)
-            if tokenizer is not None:
-                logger.info(
-                    "Saving Trainer.data_collator.tokenizer by default as Trainer.processing_class is `None`"
-                )
-            processing_class = tokenizer
-        if processing_class is not None:
-            reach("processing_class")
-            processing_class.save_pretrained(output_dir)
-        reach("training_args")
-        torch.save(training_args_to_plain_dict(self.args), os.path.join(output_dir, TRAINING_ARGS_NAME))
+        write_model_folder(
+            output_dir, self.model, state_dict, self.processing_class, self.data_collator,
+            training_args_to_plain_dict(self.args),
+        )  # fmt: skip
 
-    def _save_weights(self, output_dir: str, state_dict: dict | None) -> None:
-        """The weights alone: the model's `save_pretrained` (unwrapped first) or a flat safetensors file."""
-        import safetensors.torch
-
-        if is_pretrained_model(self.model):
-            self.model.save_pretrained(
-                output_dir, state_dict=state_dict, is_main_process=self.args.should_save
-            )
-            return
-        if state_dict is None:
-            state_dict = self.model.state_dict()
-        unwrapped = unwrap_model(self.model)
-        if is_pretrained_model(unwrapped):
-            unwrapped.save_pretrained(output_dir, state_dict=state_dict, is_main_process=self.args.should_save)
-        else:
-            logger.info("Trainer.model is not a `PreTrainedModel`, only saving its state dict.")
-            safetensors.torch.save_file(
-                state_dict, os.path.join(output_dir, SAFE_WEIGHTS_NAME), metadata={"format": "pt"}
-            )
+    # The base save hooks: the `Checkpointer` tells a subclass's override (or a patch) from them at each save.
+    _base_save_hooks = MappingProxyType(
+        {
+            "_save_checkpoint": _save_checkpoint,
+            "save_model": save_model,
+            "_save": _save,
+            "_save_optimizer_and_scheduler": _save_optimizer_and_scheduler,
+            "_save_scaler": _save_scaler,
+            "_save_rng_state": _save_rng_state,
+        }
+    )
 
     def save_state(self) -> None:
         """Write `output_dir/trainer_state.json` (world process zero only), replacing any previous file at once."""

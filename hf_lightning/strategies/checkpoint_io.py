@@ -173,24 +173,39 @@ class StrategyCheckpointIO:
         """`optimizer.pt` and `scheduler.pt` (their `state_dict()`); `reach(point)` marks the fault-test kill points."""
         if not trainer.args.should_save:
             return
+        optimizer_state = self._optimizer_state(trainer)
+        self.write_optimizer_and_scheduler(optimizer_state, scheduler_state(trainer.lr_scheduler), output_dir, reach)
+
+    def write_optimizer_and_scheduler(
+        self, optimizer_state: dict[str, Any], scheduler_state: dict[str, Any], output_dir: str, reach: Any
+    ) -> None:
+        """`optimizer.pt` and `scheduler.pt` from plain state dicts: a staged checkpoint's (checkpoint/staging.py)
+        or the live optimizer's and scheduler's."""
         reach("optimizer")
-        torch.save(self._optimizer_state(trainer), os.path.join(output_dir, OPTIMIZER_NAME))
-        self._save_scheduler(trainer, output_dir, reach)
+        torch.save(optimizer_state, os.path.join(output_dir, OPTIMIZER_NAME))
+        reach("scheduler")
+        torch.save(scheduler_state, os.path.join(output_dir, SCHEDULER_NAME))
 
     def _optimizer_state(self, trainer: Any) -> dict[str, Any]:
         return trainer.optimizer.state_dict()
 
     def _save_scheduler(self, trainer: Any, output_dir: str, reach: Any) -> None:
+        state = scheduler_state(trainer.lr_scheduler)
         reach("scheduler")
-        with warnings.catch_warnings():
-            # torch warns that a scheduler's state is saved without the optimizer's; the reference hides it too.
-            warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
-            torch.save(trainer.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+        torch.save(state, os.path.join(output_dir, SCHEDULER_NAME))
 
     def save_model(self, trainer: Any, output_dir: str, in_checkpoint: bool = False) -> None:
         """`save_model`'s weights: the trainer's `_save` with the model as this process holds it. All ranks.
         `in_checkpoint`: the call writes a `checkpoint-N` folder (a sharded strategy keeps its shards there)."""
         trainer._save(output_dir)
+
+
+def scheduler_state(scheduler: Any) -> dict[str, Any]:
+    """The scheduler's `state_dict()`, without torch's warning that the optimizer's state is not saved with it
+    (the reference hides it too)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
+        return scheduler.state_dict()
 
 
 def refuse_deepspeed_checkpoint(checkpoint: str) -> None:

@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch.plugins.io import AsyncCheckpointIO
 
 from hf_lightning import TrainingArguments
+from hf_lightning.callbacks import TrainerCallback
 from hf_lightning.checkpoint.async_writes import BackgroundCheckpointWriter, copy_state
 from hf_lightning.checkpoint.fault_points import fault_hook
 from hf_lightning.checkpoint.files import is_complete_checkpoint
@@ -239,3 +240,36 @@ def test_best_model_tracking_and_rotation_match_the_synchronous_run(tmp_path):
     )
     assert sorted(os.listdir(tmp_path / "True")) == sorted(os.listdir(tmp_path / "False"))
     assert_bit_identical(weights(background), weights(sync))
+
+
+# The reference's hooks that write a checkpoint's files (called from its `_save_checkpoint`).
+SAVE_HOOKS = ("_save", "_save_optimizer_and_scheduler", "_save_rng_state", "_save_scaler", "save_model")
+
+
+@pytest.mark.parametrize("hook", SAVE_HOOKS)
+def test_an_overridden_save_hook_writes_on_the_training_thread_at_each_save(tmp_path, hook):
+    """With background writes requested, a subclass's save hook needs the live trainer: it is called at each save
+    step on the training thread, the save is written there (synchronously), and on_save comes at its own step."""
+    calls, announced = [], []
+
+    def override(self, *args, **kwargs):
+        calls.append((self.state.global_step, threading.current_thread() is threading.main_thread()))
+        return getattr(super(Overriding, self), hook)(*args, **kwargs)
+
+    Overriding = type("Overriding", (HFLightningTrainer,), {hook: override})
+
+    class Announced(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            announced.append((state.global_step, is_complete_checkpoint(f"{args.output_dir}/checkpoint-{state.global_step}")))
+
+    args = TrainingArguments(output_dir=str(tmp_path), **{**SETTINGS, "max_steps": 4, "save_total_limit": None})
+    trainer = Overriding(
+        model=DropoutMLP(0), args=args, train_dataset=regression_data(10), callbacks=[Announced()]
+    )
+    trainer.lightning_trainer_overrides = {"plugins": [AsyncCheckpointIO()]}
+    trainer.train()
+    assert calls == [(2, True), (4, True)]
+    assert announced == [(2, True), (4, True)]
+    assert trainer._checkpointer.writer is None or not trainer._checkpointer.writer.pending
+    for folder in ("checkpoint-2", "checkpoint-4"):
+        assert is_complete_checkpoint(str(tmp_path / folder))
