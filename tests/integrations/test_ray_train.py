@@ -115,6 +115,40 @@ def _said(path: str) -> Iterator[None]:
         Path(path).write_text(err.getvalue() + "\n".join(records))
 
 
+def train_func_ray_data(config: dict) -> None:
+    """Ray's documented Ray Data pattern: the worker's shard (`get_dataset_shard`) as `train_dataset`, read
+    through `iter_torch_batches` by the dataloader `prepare_trainer` puts behind `get_train_dataloader`."""
+    from ray.train.huggingface.transformers import RayTrainReportCallback, prepare_trainer
+
+    if config["side"] == "reference":
+        from transformers import Trainer, TrainingArguments
+    else:
+        from hf_lightning import Trainer, TrainingArguments
+
+    out, rank, seen = config["out"], ray.train.get_context().get_world_rank(), []
+
+    def collate(batch: dict) -> dict[str, torch.Tensor]:
+        seen.append([int(i) for i in batch["id"]])
+        x = torch.stack([torch.as_tensor(batch[f"x{j}"]) for j in range(4)], dim=-1)
+        return {"x": x.float(), "labels": torch.as_tensor(batch["labels"]).float()}
+
+    shard = ray.train.get_dataset_shard("train").iter_torch_batches(batch_size=2, collate_fn=collate)
+    args = TrainingArguments(
+        output_dir=os.path.join(out, "output"), max_steps=MAX_STEPS, save_steps=SAVE_STEPS, logging_steps=1,
+        per_device_train_batch_size=2, learning_rate=0.05, seed=3, report_to="none", use_cpu=True, disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=make_regression_mlp(seed=0), args=args, train_dataset=shard, callbacks=[RayTrainReportCallback()]
+    )
+    trainer = prepare_trainer(trainer)
+    trainer.train()
+    Path(out, f"seen_{rank}.json").write_text(json.dumps(seen))
+    if rank == 0:
+        torch.save(trainer.model.state_dict(), os.path.join(out, "final.pt"))
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        Path(out, "losses.json").write_text(json.dumps(losses))
+
+
 def _fit(
     out: Path, side: str, kill: bool = False, workers: int = 2, failures: int = 1, name: str | None = None, **config
 ) -> ray.train.Result:
@@ -182,6 +216,41 @@ def test_a_lost_worker_is_restarted_and_continues_from_the_last_report(runs):
     killed, uninterrupted = _weights(root, "killed"), _weights(root, "ours")
     for name in uninterrupted:
         assert torch.equal(killed[name], uninterrupted[name]), name
+
+
+def _ray_data_fit(out: Path, side: str) -> ray.train.Result:
+    rows = regression_data(4 * MAX_STEPS)
+    items = [
+        {"id": i, "labels": float(row["labels"])} | {f"x{j}": float(v) for j, v in enumerate(row["x"])}
+        for i, row in enumerate(rows)
+    ]
+    out.mkdir()
+    return TorchTrainer(
+        train_func_ray_data, train_loop_config={"side": side, "out": str(out)},
+        scaling_config=ScalingConfig(num_workers=2), datasets={"train": ray.data.from_items(items, override_num_blocks=2)},
+        run_config=RunConfig(name=out.name, storage_path=str(out.parent / "ray")),
+    ).fit()
+
+
+@pytest.mark.slow
+def test_ray_data_shards_train_through_get_train_dataloader_as_the_reference(tmp_path):
+    """Each worker trains on its Ray Data shard (`get_dataset_shard` -> `iter_torch_batches`, read through the
+    dataloader `prepare_trainer` returns from `get_train_dataloader`): the shards are disjoint and cover the data, and
+    the steps, losses and final weights are the reference's on the same recipe."""
+    ours, reference = _ray_data_fit(tmp_path / "ours", "ours"), _ray_data_fit(tmp_path / "reference", "reference")
+    assert ours.error is None and ours.metrics["step"] == reference.metrics["step"] == MAX_STEPS
+    for side in ("ours", "reference"):
+        shards = [json.loads((tmp_path / side / f"seen_{rank}.json").read_text()) for rank in (0, 1)]
+        ids = [i for shard in shards for batch in shard[:MAX_STEPS] for i in batch]
+        assert [len(shard) >= MAX_STEPS for shard in shards] == [True, True], side
+        assert sorted(ids) == list(range(4 * MAX_STEPS)), side  # disjoint shards covering the data
+    ours_losses = json.loads((tmp_path / "ours" / "losses.json").read_text())
+    reference_losses = json.loads((tmp_path / "reference" / "losses.json").read_text())
+    assert len(ours_losses) == len(reference_losses) == MAX_STEPS
+    assert ours_losses == pytest.approx(reference_losses, rel=1e-5)
+    ours_weights, reference_weights = _weights(tmp_path, "ours"), _weights(tmp_path, "reference")
+    for name in reference_weights:
+        torch.testing.assert_close(ours_weights[name], reference_weights[name], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow
