@@ -23,7 +23,9 @@ from hf_lightning.checkpoint.files import checkpoint_problem, newest_valid_check
 logger = logging.getLogger(__name__)
 
 RESUME_ON_RESTART_ENV = "HF_LIGHTNING_RESUME_ON_RESTART"
-RAY_TRAIN = "Ray Train's FailureConfig"
+# `ray.train.get_checkpoint()` is set when Ray restarts the group (FailureConfig) and when the user passes one to the
+# trainer (`TorchTrainer(resume_from_checkpoint=...)`, e.g. with fewer workers): the same request to go on.
+RAY_TRAIN = "Ray Train (FailureConfig restart or resume_from_checkpoint)"
 # The folder `ray.train.huggingface.transformers.RayTrainReportCallback` puts the trainer's checkpoint in.
 RAY_CHECKPOINT_FOLDER = "checkpoint"
 # The launchers whose restart counter says this process runs the script again: variable -> the launcher's name.
@@ -110,12 +112,12 @@ def _checkpoint_from_ray(args: Any, ray_checkpoint: Any) -> str:
     problem = checkpoint_problem(folder) or resume_problem(folder)
     if problem is not None:
         raise ValueError(
-            f"Ray Train restarted the run with checkpoint {folder}, which cannot be resumed: {problem}. Report "
-            "checkpoints with ray.train.huggingface.transformers.RayTrainReportCallback, or set "
+            f"Ray Train handed the run checkpoint {folder} (ray.train.get_checkpoint()), which cannot be resumed: "
+            f"{problem}. Report checkpoints with ray.train.huggingface.transformers.RayTrainReportCallback, or set "
             f"{RESUME_ON_RESTART_ENV}=0 to start over."
         )
     if args.process_index == 0:
-        _say(f"restart by {RAY_TRAIN}: continuing from Ray's last reported checkpoint {folder}")
+        _say(f"handed a checkpoint by {RAY_TRAIN}: continuing from Ray's checkpoint {folder}")
     return folder
 
 

@@ -84,7 +84,8 @@ class CheckpointMixin(MetricsIOMixin):
         elif backend == "ray":
             import ray.tune
 
-            run_id = ray.tune.get_context().get_trial_id()
+            # A worker of a multi-worker trial has no Tune context; its driver handed it the trial id.
+            run_id = getattr(self, "_ray_worker_trial_id", None) or ray.tune.get_context().get_trial_id()
         elif backend == "wandb":
             import wandb
 

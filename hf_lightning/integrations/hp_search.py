@@ -162,9 +162,16 @@ class HyperparameterSearchMixin:
         optuna: `timeout`, `n_jobs`, `gc_after_trial` and `catch` in `kwargs` go to `study.optimize`; the others to
         `optuna.create_study` (`sampler`, `pruner`, `storage`, `study_name`, `load_if_exists`, ...), so a
         study in a `storage` can be resumed after a crash. ray: `resources_per_trial`, then the keywords of
-        `ray.tune.TuneConfig` and `ray.tune.RunConfig` (`scheduler`, `search_alg`, `storage_path`, `name`, ...).
+        `ray.tune.TuneConfig` and `ray.tune.RunConfig` (`scheduler`, `search_alg`, `storage_path`, `name`, ...);
+        `scaling_config=ray.train.ScalingConfig(num_workers=N)` trains each trial on N Ray Train workers.
         """
         backend = resolve_backend(backend)
+        if backend != HPSearchBackend.RAY and "scaling_config" in kwargs:
+            raise ValueError(
+                f"hyperparameter_search(backend={backend.value!r}, scaling_config=...): trials on several Ray Train "
+                "workers need backend='ray'; optuna runs each trial in the processes already started (launch the "
+                "script with torchrun for several processes)."
+            )
         if self.model_init is None:
             raise RuntimeError(
                 "To use hyperparameter search, you need to pass your model through a model_init function."

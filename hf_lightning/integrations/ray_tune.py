@@ -22,6 +22,14 @@ from typing import Any
 from hf_lightning.core.checkpoint_files import PREFIX_CHECKPOINT_DIR
 from hf_lightning.core.enums import enum_value
 from hf_lightning.core.outputs import BestRun
+from hf_lightning.integrations.ray_tune_workers import (
+    DRIVER_RESOURCES,
+    objective_metrics,
+    report_from_worker,
+    scaling_config_problem,
+    trial_on_workers,
+    worker_trial_id,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +97,7 @@ def tuner_configs(tune: Any, kwargs: dict[str, Any]) -> tuple[dict[str, Any], di
     if unknown:
         raise ValueError(
             f"hyperparameter_search(backend='ray') got keyword(s) {unknown} that neither ray.tune.TuneConfig nor "
-            f"ray.tune.RunConfig takes. Accepted: resources_per_trial, {sorted(tune_fields | run_fields)}."
+            f"ray.tune.RunConfig takes. Accepted: resources_per_trial, scaling_config, {sorted(tune_fields | run_fields)}."
         )
     return tune_kwargs, run_kwargs
 
@@ -141,26 +149,21 @@ def _objective(config: dict[str, Any], local_trainer: Any) -> None:
     if getattr(local_trainer, "objective", None) is None:
         metrics = local_trainer.evaluate()
         local_trainer.objective = local_trainer.compute_objective(metrics)
-        metrics.update(_objective_metrics(local_trainer.objective))
+        metrics.update(objective_metrics(local_trainer.objective))
         metrics["done"] = True
         with tempfile.TemporaryDirectory() as temp_checkpoint_dir:
             local_trainer._tune_save_checkpoint(checkpoint_dir=temp_checkpoint_dir)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(temp_checkpoint_dir))
 
 
-def _objective_metrics(objective: Any) -> dict[str, Any]:
-    """`objective` as reported: a number, or for several objectives the list plus `objective_<i>` for each."""
-    if isinstance(objective, (list, tuple)):
-        values = [float(v) for v in objective]
-        return {"objective": values} | {f"objective_{i}": v for i, v in enumerate(values)}
-    return {"objective": objective}
-
-
 def report_trial_to_ray(trainer: Any, metrics: dict[str, Any]) -> None:
     """After a training-time evaluation: `tune.report` the metrics and the objective, with a trial checkpoint
     from `_tune_save_checkpoint` when this step saves (the reference's order)."""
+    if worker_trial_id(trainer) is not None:
+        report_from_worker(trainer, metrics, save=trainer.control.should_save)
+        return
     tune = import_ray_tune()
-    metrics = metrics | _objective_metrics(trainer.objective)
+    metrics = metrics | objective_metrics(trainer.objective)
     with tempfile.TemporaryDirectory() as temp_checkpoint_dir:
         checkpoint = None
         if trainer.control.should_save:
@@ -182,9 +185,17 @@ def _resources(trainer: Any, kwargs: dict[str, Any]) -> Any:
 
 def run_hp_search_ray(trainer: Any, n_trials: int, direction: str | list[str], **kwargs: Any) -> Any:
     """The reference's Ray Tune runner on `ray.tune.Tuner`: `n_trials` samples of `hp_space(None)`, one `train()`
-    each in a Ray worker; the best trial by `objective` under `RAY_SCOPE` (default "last")."""
+    each in a Ray worker (on `scaling_config`'s Ray Train workers when given, integrations/ray_tune_workers.py);
+    the best trial by `objective` under `RAY_SCOPE` (default "last")."""
     tune = import_ray_tune()
-    resources = _resources(trainer, kwargs)
+    scaling_config = kwargs.pop("scaling_config", None)
+    if scaling_config is not None:
+        problem = scaling_config_problem(scaling_config, kwargs.get("resources_per_trial"))
+        if problem is not None:
+            raise ValueError(f"hyperparameter_search(backend='ray', scaling_config=...): {problem}.")
+        resources = DRIVER_RESOURCES
+    else:
+        resources = _resources(trainer, kwargs)
     if "progress_reporter" not in kwargs:
         kwargs["progress_reporter"] = tune.CLIReporter(metric_columns=["objective"])
     tune_kwargs, run_kwargs = tuner_configs(tune, kwargs)
@@ -206,7 +217,11 @@ def run_hp_search_ray(trainer: Any, n_trials: int, direction: str | list[str], *
     model_wrapped, trainer.model_wrapped = trainer.model_wrapped, None
     handlers = _signal_handlers()
     try:
-        trainable = tune.with_resources(tune.with_parameters(_objective, local_trainer=trainer), resources)
+        if scaling_config is not None:
+            trainable = trial_on_workers(trainer, scaling_config, run_kwargs.get("storage_path"))
+        else:
+            trainable = tune.with_parameters(_objective, local_trainer=trainer)
+        trainable = tune.with_resources(trainable, resources)
         tuner = tune.Tuner(
             trainable,
             param_space=trainer.hp_space(None),

@@ -8,7 +8,12 @@ import types
 
 import pytest
 
-from hf_lightning.checkpoint.restart import RESUME_ON_RESTART_ENV, LauncherRestart, launcher_restart
+from hf_lightning.checkpoint.restart import (
+    RAY_TRAIN,
+    RESUME_ON_RESTART_ENV,
+    LauncherRestart,
+    launcher_restart,
+)
 from tests.checkpoint.test_resume_safety import assert_bit_identical, train, weights
 
 
@@ -82,7 +87,7 @@ def test_a_ray_train_restart_continues_from_rays_checkpoint(tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "ray.train", _RayTrainSession(reported))
     restarted = train(tmp_path / "elsewhere")  # a fresh disk: nothing of the first attempt's output_dir
     err = capsys.readouterr().err
-    assert f"restart by Ray Train's FailureConfig: continuing from Ray's last reported checkpoint {reported}" in err
+    assert f"handed a checkpoint by {RAY_TRAIN}: continuing from Ray's checkpoint {reported}" in err
     assert f"resuming from {reported / 'checkpoint'} at step 4 of 8" in err and restarted.state.global_step == 8
     assert_bit_identical(weights(restarted), weights(uninterrupted))
 
@@ -94,5 +99,5 @@ def test_a_ray_train_restart_continues_from_rays_checkpoint(tmp_path, monkeypatc
 
     (reported / "checkpoint" / "trainer_state.json").unlink()
     monkeypatch.setitem(sys.modules, "ray.train", _RayTrainSession(reported))
-    with pytest.raises(ValueError, match=r"Ray Train restarted the run with checkpoint .*RayTrainReportCallback"):
+    with pytest.raises(ValueError, match=r"Ray Train handed the run checkpoint .*RayTrainReportCallback"):
         train(tmp_path / "broken")

@@ -31,13 +31,13 @@ def ray_left_as_found() -> Iterator[None]:
 
 
 @contextmanager
-def local_ray_cluster(**env_vars: str) -> Iterator[None]:
-    """`ray.init` on 2 CPUs whose workers import this checkout's `tests` package (and see `env_vars`)."""
+def local_ray_cluster(num_cpus: int = 2, **env_vars: str) -> Iterator[None]:
+    """`ray.init` on `num_cpus` CPUs whose workers import this checkout's `tests` package (and see `env_vars`)."""
     import ray
 
     with ray_left_as_found():
         ray.init(
-            num_cpus=2, include_dashboard=False, log_to_driver=False,
+            num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
             runtime_env={"env_vars": {"PYTHONPATH": REPO, **env_vars}},
         )
         yield
