@@ -873,3 +873,44 @@ def test_rewrite_logs_matches_the_reference():
 
     logs = {"loss": 1.0, "eval_loss": 2.0, "test_acc": 0.5, "learning_rate": 1e-3, "evaluation": 3}
     assert rewrite_logs(logs) == reference(logs)
+
+
+def test_without_transformers_lightning_loggers_carry_report_to(tmp_path):
+    """transformers unimportable: tensorboard is our Lightning logger (its run under output_dir/runs, the perf/
+    figures beside the reference's keys), and a name only the reference's callbacks carry is refused naming what to
+    install, before training."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.no_transformers import BLOCK_TRANSFORMERS
+
+    script = BLOCK_TRANSFORMERS + textwrap.dedent(
+        f"""
+        import glob
+        from hf_lightning import Trainer, TrainingArguments
+        from tests.models import make_regression_mlp, regression_data
+
+        def args(report_to):
+            return TrainingArguments(output_dir={str(tmp_path)!r}, use_cpu=True, per_device_train_batch_size=2,
+                                     logging_steps=1, max_steps=2, save_strategy="no", disable_tqdm=True,
+                                     report_to=report_to)
+
+        trainer = Trainer(model=make_regression_mlp(), args=args("tensorboard"), train_dataset=regression_data(4))
+        assert trainer.callback_handler.callback_list.count("TensorBoardCallback") == 0
+        trainer.train()
+        assert [type(l).__name__ for l in trainer.lightning_trainer.loggers] == ["TensorBoardLogger"]
+        assert glob.glob({str(tmp_path / "runs" / "*" / "events.out.tfevents.*")!r})
+        try:
+            Trainer(model=make_regression_mlp(), args=args("trackio"), train_dataset=regression_data(4))
+        except ValueError as error:
+            assert "has no Lightning logger" in str(error) and "pip install trackio" in str(error), error
+        else:
+            raise AssertionError("report_to='trackio' was accepted without transformers")
+        assert "transformers" not in sys.modules
+        print("OK")
+        """
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=root)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
