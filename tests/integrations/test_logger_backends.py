@@ -84,6 +84,13 @@ def _numbers(entry):
     return {key: value for key, value in entry.items() if key != "step" and isinstance(value, (int, float))}
 
 
+def _in_time_order(events):
+    """TensorBoard events by step, then by when they were written: a writer reopened after `train()` (the
+    reference's callback closes its writer at train end) adds a second events file, which the reader may load
+    first."""
+    return sorted(events, key=lambda event: (event.step, event.wall_time))
+
+
 def _expected_series(history, rewrite):
     """key -> [(step, value), ...] in logging order, as the reference's integration would write them."""
     series = defaultdict(list)
@@ -139,7 +146,7 @@ def test_tensorboard_and_csv_hold_the_log_history(tmp_path):
     accumulator = EventAccumulator(run_dir)
     accumulator.Reload()
     scalars = {
-        tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]
+        tag: [(e.step, e.value) for e in _in_time_order(accumulator.Scalars(tag))] for tag in accumulator.Tags()["scalars"]
     }
     _assert_series_equal(scalars, expected, rel=1e-6)  # TensorBoard stores float32
 
@@ -203,7 +210,7 @@ def _tensorboard_and_csv_series(out_dir):
     accumulator = EventAccumulator(run_dir)
     accumulator.Reload()
     scalars = {
-        tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]
+        tag: [(e.step, e.value) for e in _in_time_order(accumulator.Scalars(tag))] for tag in accumulator.Tags()["scalars"]
     }
     (metrics_file,) = glob.glob(str(out_dir / "lightning_logs" / "*" / "metrics.csv"))
     from_csv = defaultdict(list)
@@ -385,7 +392,7 @@ def test_tensorboard_writes_strings_as_text(tmp_path):
     accumulator = EventAccumulator(str(tmp_path))
     accumulator.Reload()
     scalars = {
-        tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]
+        tag: [(e.step, e.value) for e in _in_time_order(accumulator.Scalars(tag))] for tag in accumulator.Tags()["scalars"]
     }
     assert scalars == {
         "train/loss": [(3, 0.5)],

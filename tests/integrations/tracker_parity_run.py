@@ -168,6 +168,13 @@ def _normalise(value: Any, root: Path) -> Any:
     return value
 
 
+def _in_time_order(events):
+    """TensorBoard events by step, then by when they were written: a writer reopened after `train()` (the
+    reference's callback closes its writer at train end) adds a second events file, which the reader may load
+    first."""
+    return sorted(events, key=lambda event: (event.step, event.wall_time))
+
+
 def read_tensorboard(root: Path) -> dict[str, Any]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -175,7 +182,7 @@ def read_tensorboard(root: Path) -> dict[str, Any]:
     assert len(runs) == 1, runs
     accumulator = EventAccumulator(runs[0], size_guidance={"tensors": 0, "scalars": 0})
     accumulator.Reload()
-    metrics = {tag: [[e.step, e.value] for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+    metrics = {tag: [[e.step, e.value] for e in _in_time_order(accumulator.Scalars(tag))] for tag in accumulator.Tags()["scalars"]}
     config = {}
     for tag in accumulator.Tags()["tensors"]:
         (event,) = accumulator.Tensors(tag)
