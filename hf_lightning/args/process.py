@@ -117,6 +117,13 @@ class TrainingArgumentsProcess:
             resolved = self.__dict__["_resolved_device"] = self._resolve_device()
         return resolved
 
+    @property
+    def _setup_devices(self) -> Any:
+        """The reference's device set-up property, read by code that builds a `transformers.Trainer` from these
+        arguments (the reference's integrations do when they log the model: `HF_DVCLIVE_LOG_MODEL`,
+        `WANDB_LOG_MODEL`); the device, with no process group made."""
+        return self.device
+
     def _cpu_requested(self) -> bool:
         """`use_cpu`, or accelerate's `ACCELERATE_USE_CPU` environment switch (which the reference also reads)."""
         return bool(self.use_cpu) or cpu_switch_on(os.environ)

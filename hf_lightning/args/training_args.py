@@ -188,6 +188,9 @@ class TrainingArguments(TrainingArgumentsSetters, TrainingArgumentsProcess, Trai
 
         if self.report_to == "all" or self.report_to == ["all"]:
             self.report_to = _available_reporting_integrations()
+            # What "all" became: where Lightning's loggers carry report_to, the names they have no logger for
+            # are left out of such a list instead of refused (translation/logger_specs.py).
+            self._report_to_expanded_from_all = list(self.report_to)
         elif self.report_to == "none" or self.report_to == ["none"]:
             self.report_to = []
         elif not isinstance(self.report_to, list):

@@ -70,6 +70,7 @@ from hf_lightning.evaluation.methods import EvaluationMixin
 from hf_lightning.integrations.hp_search import HyperparameterSearchMixin
 from hf_lightning.integrations.hub import HubMixin, hub_progress_bars_suppressed
 from hf_lightning.integrations.loggers import build_loggers
+from hf_lightning.integrations.reporting_callbacks import reporting_callbacks
 from hf_lightning.strategies.launch import maybe_launch_over_devices
 from hf_lightning.strategies.tensor_parallel import plans as tensor_parallel_plans
 from hf_lightning.translation.plan import Plan
@@ -229,10 +230,11 @@ class HFLightningTrainer(
         self._telemetry = (
             TelemetryMeter(self, telemetry_settings, telemetry_holder) if telemetry_settings.enabled else None
         )
-        # As the reference: the SIGTERM checkpoint callback right after the flow callback, before the user's.
+        # As the reference: the flow callback, the report_to integrations' own callbacks (docs/design.md, "Who
+        # carries report_to"), the SIGTERM checkpoint callback, then the user's.
         jit_callbacks = [JITCheckpointCallback(self)] if args.enable_jit_checkpoint else []
         self.callback_handler = CallbackHandler(
-            [DefaultFlowCallback] + jit_callbacks + hf_callbacks,
+            [DefaultFlowCallback] + reporting_callbacks(self.plan) + jit_callbacks + hf_callbacks,
             self.model,
             self.processing_class,
             self.optimizer,

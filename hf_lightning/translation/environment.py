@@ -30,21 +30,55 @@ LOGGER_ENV_VARS = (
     "WANDB_WATCH",
     "COMET_PROJECT_NAME",
     "COMET_MODE",
+    "HF_LIGHTNING_REPORT_THROUGH",
 )
 
 
 def installed_logger_backends(find_spec: Any = None) -> frozenset[str]:
-    """Which logger backends are importable (used by `Environment.detect`)."""
+    """Which trackers `report_to` names are importable, checked as the reference's `is_<name>_available` do
+    (used by `Environment.detect`)."""
     import importlib.util
 
     find = find_spec or importlib.util.find_spec
-    found = set()
-    if find("tensorboard") is not None or find("tensorboardX") is not None:
+
+    def has(name: str) -> bool:
+        try:
+            return find(name) is not None
+        except (ImportError, ValueError):  # a parent package that fails to import, or one without a spec
+            return False
+
+    found = {name for name in ("mlflow", "wandb", "comet_ml", "neptune") if has(name)}
+    if has("tensorboard") or has("tensorboardX"):
         found.add("tensorboard")
-    for name in ("mlflow", "wandb", "comet_ml", "neptune"):
-        if find(name) is not None:
+    for name, package in _TRACKER_PACKAGES.items():
+        if has(package):
             found.add(name)
+    if has("dagshub") and "mlflow" in found:
+        found.add("dagshub")
+    if has("azureml") and has("azureml.core"):  # azureml.core.run is not looked up: that would import azureml.core
+        found.add("azure_ml")
     return frozenset(found)
+
+
+def _importable(name: str) -> bool:
+    """Whether `name` can be imported (an import hook that blocks it counts as not importable)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# The report_to names whose importable package has another name, or the same (the reference's checks).
+_TRACKER_PACKAGES = {
+    "clearml": "clearml",
+    "codecarbon": "codecarbon",
+    "dvclive": "dvclive",
+    "flyte": "flytekit",
+    "swanlab": "swanlab",
+    "trackio": "trackio",
+}
 
 
 @dataclass(frozen=True)
@@ -61,6 +95,8 @@ class Environment:
     mps_available: bool = False
     installed_loggers: frozenset[str] = frozenset()
     installed_packages: frozenset[str] = frozenset()
+    # Whether transformers' integration callbacks can carry `report_to` (transformers is importable).
+    reference_integrations: bool = False
     # Non-secret variables the logger specs read (see `LOGGER_ENV_VARS`).
     environ: Mapping[str, str] = field(default_factory=dict)
 
@@ -90,6 +126,7 @@ class Environment:
             is_distributed_launch=launched,
             mps_available=bool(torch.backends.mps.is_available()),
             installed_loggers=installed_logger_backends(),
+            reference_integrations=_importable("transformers"),
             installed_packages=frozenset(
                 name for name in OPTIONAL_PACKAGES if importlib.util.find_spec(name) is not None
             ),

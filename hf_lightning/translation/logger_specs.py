@@ -1,15 +1,18 @@
-"""`report_to` -> logger specs: the name checks and one plain-dict spec per logger, made by the pure `translate`.
+"""`report_to` -> who carries each tracker, and one plain-dict spec per Lightning logger, made by the pure `translate`.
 
-The specs are the plan's logging section; `hf_lightning/integrations/loggers.py` builds the Lightning logger objects
-from them when training starts.
+The carrier rule (docs/design.md, "Who carries report_to"): with transformers importable, each of the reference's
+twelve integration names is carried by the reference's own integration callback (`INTEGRATION_TO_CALLBACK`), which
+our callback system runs with the reference's state and control, so the tracker records what the reference records;
+the plan lists those names in `plan.logging.integrations` and the trainer attaches the callbacks
+(`integrations/reporting_callbacks.py`). Without transformers, or with `HF_LIGHTNING_REPORT_THROUGH=lightning`,
+Lightning's loggers carry the four that have one (tensorboard, mlflow, wandb, comet_ml) and the other eight are
+refused naming what to install. `csv` (ours) is always Lightning's `CSVLogger`.
 
-Decisions: `report_to` maps onto Lightning's loggers, not onto transformers' integration
-callbacks, so transformers stays optional. Specs are plain data made by the pure `translate`;
-`build_loggers` turns them into Lightning logger objects (importing Lightning and the backends
-lazily) when training starts. What each backend receives per log entry follows the reference's
+Lightning logger specs are the plan's `logging.loggers`; `hf_lightning/integrations/loggers.py` builds the Lightning
+logger objects from them when training starts. What each backend receives per log entry follows the reference's
 integration callback for it (`integrations/logger_backends/`).
 
-Where each backend writes, and which environment variables are read (all captured, non-secret,
+Where each Lightning backend writes, and which environment variables are read (all captured, non-secret,
 by `Environment.detect`):
 - tensorboard: `logging_dir` (v4 name), else `TENSORBOARD_LOGGING_DIR`, else
   `output_dir/runs/<%b%d_%H-%M-%S>_<hostname>` (the reference's default).
@@ -19,12 +22,14 @@ by `Environment.detect`):
   reference leaves the URI to MLflow (so `./mlflow.db` in the working directory), we keep the run
   inside `output_dir` like TensorBoard's `runs/`. `MLFLOW_EXPERIMENT_NAME` (default experiment
   "Default"), `MLFLOW_TAGS` (a JSON object), `MLFLOW_RUN_ID` (resume a run) are honoured;
-  `MLFLOW_NESTED_RUN` and `HF_MLFLOW_LOG_ARTIFACTS` are refused. Lightning's `MLFlowLogger` accepts
-  `mlflow-skinny` (its requirement check falls back to "the `mlflow` module imports").
+  `MLFLOW_NESTED_RUN` and `HF_MLFLOW_LOG_ARTIFACTS` are refused (the reference's callback carries them).
+  Lightning's `MLFlowLogger` accepts `mlflow-skinny` (its requirement check falls back to "the `mlflow` module
+  imports").
 - wandb: `WANDB_PROJECT` (default "huggingface"), `WANDB_DIR` (default `output_dir`), `WANDB_MODE`
   passed to `wandb.init(mode=...)` as given; unset, the run is online when W&B credentials are
   configured (`WANDB_API_KEY`, `WANDB_IDENTITY_TOKEN_FILE` or a .netrc entry) and offline otherwise,
-  so a machine without a key never prompts. `WANDB_LOG_MODEL` / `WANDB_WATCH` are refused.
+  so a machine without a key never prompts. `WANDB_LOG_MODEL` / `WANDB_WATCH` are refused (the reference's
+  callback carries them).
 - comet_ml: `COMET_PROJECT_NAME` and `COMET_MODE`; comet reads its own key from its configuration.
 """
 
@@ -57,17 +62,45 @@ REFERENCE_INTEGRATIONS = (
     "trackio",
     "wandb",
 )
-# What hf_lightning reports to; "csv" is our own name (Lightning's CSVLogger, no package needed).
+# The twelve names the reference's own integration callbacks carry when transformers is importable, in the order of
+# the reference's `get_available_reporting_integrations` ("all").
+CALLBACK_INTEGRATIONS = (
+    "azure_ml",
+    "comet_ml",
+    "dagshub",
+    "dvclive",
+    "mlflow",
+    "tensorboard",
+    "wandb",
+    "codecarbon",
+    "clearml",
+    "swanlab",
+    "trackio",
+    "flyte",
+)
+# What our Lightning loggers carry; "csv" is our own name (Lightning's CSVLogger, no package needed).
 SUPPORTED_LOGGERS = ("tensorboard", "csv", "mlflow", "wandb", "comet_ml")
-# Expanded by "all" when their package is installed, in the reference's order.
+# Expanded by "all" when their package is installed and Lightning's loggers carry them, in the reference's order.
 ALL_EXPANDS_TO = ("comet_ml", "mlflow", "tensorboard", "wandb")
-# Python package that must be importable for each logger, and how to install it.
+# Python package that must be importable for each integration, and how to install it.
 LOGGER_PACKAGES = {
     "tensorboard": ("tensorboard (or tensorboardX)", "pip install tensorboard"),
     "mlflow": ("mlflow (or mlflow-skinny)", "pip install mlflow-skinny"),
     "wandb": ("wandb", "pip install wandb"),
     "comet_ml": ("comet_ml", "pip install comet-ml"),
+    "azure_ml": ("azureml-core", "pip install azureml-core"),
+    "clearml": ("clearml", "pip install clearml"),
+    "codecarbon": ("codecarbon", "pip install codecarbon"),
+    "dagshub": ("dagshub and mlflow", "pip install dagshub mlflow"),
+    "dvclive": ("dvclive", "pip install dvclive"),
+    "flyte": ("flytekit", "pip install flytekit"),
+    "swanlab": ("swanlab", "pip install swanlab"),
+    "trackio": ("trackio", "pip install trackio"),
 }
+# `HF_LIGHTNING_REPORT_THROUGH`: who carries the twelve names ("reference": transformers' integration callbacks,
+# the default when transformers is importable; "lightning": our Lightning loggers).
+REPORT_THROUGH_VAR = "HF_LIGHTNING_REPORT_THROUGH"
+REPORT_THROUGH = ("reference", "lightning")
 # `wandb.init(mode=...)` values (wandb 0.19+; "dryrun" and "run" are its older spellings).
 WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")
 _FALSY = ("", "false", "0", "no", "off")
@@ -80,17 +113,60 @@ _REASONS = {
 }
 
 
+def report_through(env: Environment) -> str:
+    """"reference" when the reference's integration callbacks carry the twelve names, else "lightning"; raises
+    ValueError for a bad `HF_LIGHTNING_REPORT_THROUGH` or "reference" without transformers."""
+    chosen = (env.environ.get(REPORT_THROUGH_VAR) or "").strip().lower()
+    if chosen and chosen not in REPORT_THROUGH:
+        raise ValueError(
+            f"{REPORT_THROUGH_VAR}={env.environ[REPORT_THROUGH_VAR]!r} is not one of {', '.join(REPORT_THROUGH)}; "
+            "unset it (the reference's integration callbacks when transformers is installed)"
+        )
+    if chosen == "reference" and not env.reference_integrations:
+        raise ValueError(
+            f"{REPORT_THROUGH_VAR}=reference needs transformers, which is not importable: "
+            "`pip install 'transformers==5.24.*'`, or unset it"
+        )
+    if chosen == "lightning" or not env.reference_integrations:
+        return "lightning"
+    return "reference"
+
+
+def _no_lightning_logger(name: str, env: Environment) -> str:
+    callback = f"transformers' {name} integration callback"
+    package, command = LOGGER_PACKAGES[name]
+    if env.reference_integrations:
+        how = f"unset {REPORT_THROUGH_VAR} so that {callback} carries it"
+    else:
+        how = f"install transformers (`pip install 'transformers==5.24.*'`) and {package} (`{command}`) so that {callback} carries it"
+    return (
+        f"report_to={name!r} has no Lightning logger (Lightning has none for it); {how}, or remove {name!r} from "
+        "report_to"
+    )
+
+
 def _unsupported(name: str) -> str:
-    reason = _REASONS.get(name, "hf_lightning reports through Lightning loggers and has none for it")
+    reason = _REASONS.get(name, "hf_lightning has no carrier for it")
     return (
         f"report_to={name!r} is not supported ({reason}); remove it from report_to (supported names: "
-        f"{', '.join(SUPPORTED_LOGGERS)}, or 'all' / 'none'; TrainingArguments expands report_to='all' "
+        f"{', '.join(CALLBACK_INTEGRATIONS)} through transformers' integration callbacks, {', '.join(SUPPORTED_LOGGERS)} "
+        "through Lightning's loggers, or 'all' / 'none'; TrainingArguments expands report_to='all' "
         "to every installed integration, so list the ones you want instead)"
     )
 
 
+def report_to_of(args: Any, env: Environment) -> Any:
+    """`args.report_to`, but a list our TrainingArguments expanded from "all" keeps, when Lightning's loggers carry
+    the run, only the names they can carry (an installed tracker without a Lightning logger is not an error there)."""
+    report_to = getattr(args, "report_to", "none")
+    expanded = getattr(args, "_report_to_expanded_from_all", None)
+    if expanded is not None and report_to == expanded and report_through(env) == "lightning":
+        return [name for name in report_to if name in SUPPORTED_LOGGERS]
+    return report_to
+
+
 def requested_loggers(report_to: Any, env: Environment) -> list[str]:
-    """Normalise `report_to` into supported logger names, or raise ValueError saying why not."""
+    """Normalise `report_to` into the accepted integration names (any carrier), or raise ValueError saying why not."""
     if report_to is None:
         raise ValueError(
             "report_to=None is ambiguous (v4 meant 'all installed', v5 fails on it); "
@@ -102,17 +178,22 @@ def requested_loggers(report_to: Any, env: Environment) -> list[str]:
         raise ValueError(f"report_to={names!r} contains None; pass report_to='all' or report_to='none'")
     if names in (["none"], []):
         return []
+    through = report_through(env)
     if names == ["all"]:
-        return [name for name in ALL_EXPANDS_TO if name in env.installed_loggers]
+        return _all_installed(env, through)
+    accepted = CALLBACK_INTEGRATIONS + ("csv",) if through == "reference" else SUPPORTED_LOGGERS
     result: list[str] = []
     for name in names:
         if name in ("all", "none"):
             raise ValueError(f"report_to={names!r}: {name!r} must be given alone")
-        if name not in SUPPORTED_LOGGERS:
+        if name not in accepted:
+            if name in CALLBACK_INTEGRATIONS:
+                raise ValueError(_no_lightning_logger(name, env))
             if name in REFERENCE_INTEGRATIONS:
                 raise ValueError(_unsupported(name))
             raise ValueError(
-                f"report_to={name!r} is not an integration name; supported: {', '.join(SUPPORTED_LOGGERS)}"
+                f"report_to={name!r} is not an integration name; supported: "
+                f"{', '.join(sorted(set(CALLBACK_INTEGRATIONS) | set(SUPPORTED_LOGGERS)))}"
             )
         if name in LOGGER_PACKAGES and name not in env.installed_loggers:
             package, command = LOGGER_PACKAGES[name]
@@ -123,6 +204,31 @@ def requested_loggers(report_to: Any, env: Environment) -> list[str]:
         if name not in result:
             result.append(name)
     return result
+
+
+def _all_installed(env: Environment, through: str) -> list[str]:
+    """An unexpanded "all" (duck-typed arguments): the installed names the carrier takes, in the reference's order
+    (azure_ml only without MLflow, as the reference's expansion)."""
+    if through == "lightning":
+        return [name for name in ALL_EXPANDS_TO if name in env.installed_loggers]
+    names = [name for name in CALLBACK_INTEGRATIONS if name in env.installed_loggers]
+    return [name for name in names if not (name == "azure_ml" and "mlflow" in env.installed_loggers)]
+
+
+def reference_integrations(report_to: Any, env: Environment) -> list[str]:
+    """The `report_to` names the reference's own integration callbacks carry (none without transformers)."""
+    names = requested_loggers(report_to, env)
+    if report_through(env) == "lightning":
+        return []
+    return [name for name in names if name in CALLBACK_INTEGRATIONS]
+
+
+def lightning_logger_names(report_to: Any, env: Environment) -> list[str]:
+    """The `report_to` names our Lightning loggers carry: `csv`, and the four when the reference's callbacks don't."""
+    names = requested_loggers(report_to, env)
+    if report_through(env) == "reference":
+        return [name for name in names if name not in CALLBACK_INTEGRATIONS]
+    return names
 
 
 def default_mlflow_tracking_uri(output_dir: str) -> str:
@@ -244,11 +350,11 @@ _SPECS = {
 
 
 def logger_specs(args: Any, env: Environment) -> list[dict[str, Any]]:
-    """One spec `{"name", "kwargs", ...}` per requested logger; pure (reads `env.environ`)."""
+    """One spec `{"name", "kwargs", ...}` per Lightning logger the run reports to; pure (reads `env.environ`)."""
     output_dir = str(getattr(args, "output_dir", None) or "trainer_output")
     logging_dir = getattr(args, "logging_dir", None)
     run_name = getattr(args, "run_name", None)
     return [
         _SPECS[name](output_dir, logging_dir, run_name, env.environ)
-        for name in requested_loggers(getattr(args, "report_to", "none"), env)
+        for name in lightning_logger_names(report_to_of(args, env), env)
     ]

@@ -91,10 +91,13 @@ class CheckpointSettings:
 
 @dataclass(frozen=True)
 class LoggingSettings:
-    """What the run's logging reads: the loss filter and the trackers' specs (translation/logger_specs.py)."""
+    """What the run's logging reads: the loss filter, the Lightning loggers' specs and the names the reference's
+    integration callbacks carry (translation/logger_specs.py)."""
 
     nan_inf_filter: bool = True  # logging_nan_inf_filter
     loggers: tuple[Mapping[str, Any], ...] = ()
+    # report_to names carried by the reference's own integration callbacks (integrations/reporting_callbacks.py).
+    integrations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

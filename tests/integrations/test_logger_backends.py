@@ -26,9 +26,12 @@ from hf_lightning.integrations.logger_backends.wandb import resolve_wandb_mode, 
 from hf_lightning.integrations.loggers import build_loggers
 from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.logger_specs import (
+    CALLBACK_INTEGRATIONS,
+    LOGGER_PACKAGES,
     SUPPORTED_LOGGERS,
     default_mlflow_tracking_uri,
     logger_specs,
+    reference_integrations,
     requested_loggers,
 )
 from hf_lightning.translation.translate import translate
@@ -79,6 +82,13 @@ def _train(tmp_path, report_to, compute_metrics=None, telemetry=False, **kwargs)
 
 def _numbers(entry):
     return {key: value for key, value in entry.items() if key != "step" and isinstance(value, (int, float))}
+
+
+def _in_time_order(events):
+    """TensorBoard events by step, then by when they were written: a writer reopened after `train()` (the
+    reference's callback closes its writer at train end) adds a second events file, which the reader may load
+    first."""
+    return sorted(events, key=lambda event: (event.step, event.wall_time))
 
 
 def _expected_series(history, rewrite):
@@ -136,7 +146,7 @@ def test_tensorboard_and_csv_hold_the_log_history(tmp_path):
     accumulator = EventAccumulator(run_dir)
     accumulator.Reload()
     scalars = {
-        tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]
+        tag: [(e.step, e.value) for e in _in_time_order(accumulator.Scalars(tag))] for tag in accumulator.Tags()["scalars"]
     }
     _assert_series_equal(scalars, expected, rel=1e-6)  # TensorBoard stores float32
 
@@ -153,9 +163,11 @@ def test_tensorboard_and_csv_hold_the_log_history(tmp_path):
     _assert_no_secret(str(tmp_path / "out"))
 
 
-def test_the_telemetry_figures_reach_the_backends_under_perf(tmp_path):
-    """With the telemetry on (the default), each logging window's figures and each evaluation's reach TensorBoard
-    and CSV as `perf/<name>` at their step, beside the reference's keys, which are unchanged."""
+def test_the_telemetry_figures_reach_the_lightning_loggers_under_perf(tmp_path, monkeypatch):
+    """With the telemetry on (the default), each logging window's figures and each evaluation's reach our Lightning
+    loggers (TensorBoard and CSV here, `HF_LIGHTNING_REPORT_THROUGH=lightning`) as `perf/<name>` at their step,
+    beside the reference's keys, which are unchanged."""
+    monkeypatch.setenv("HF_LIGHTNING_REPORT_THROUGH", "lightning")
     trainer = _train(tmp_path, ["tensorboard", "csv"], telemetry=True)
     expected = _expected_series(trainer.state.log_history, reference_rewrite_logs)
     for series in _tensorboard_and_csv_series(tmp_path / "out"):
@@ -168,6 +180,28 @@ def test_the_telemetry_figures_reach_the_backends_under_perf(tmp_path):
         assert set(reference_keys) == set(expected)
 
 
+def test_the_telemetry_figures_stay_out_of_the_reference_integrations_unless_asked(tmp_path):
+    """The reference's TensorBoardCallback (the default carrier) is fed from `on_log` only: the telemetry's perf/
+    figures stay out of it while the CSV logger beside it gets them; with `Telemetry(log_history=True)` they join
+    the log entries, so the callback records them as it records any entry (`train/perf/...`)."""
+    from hf_lightning import Telemetry
+
+    trainer = _train(tmp_path / "default", ["tensorboard", "csv"], telemetry=True)
+    expected = _expected_series(trainer.state.log_history, reference_rewrite_logs)
+    scalars, from_csv = _tensorboard_and_csv_series(tmp_path / "default" / "out")
+    assert set(scalars) == set(expected)  # no perf/ key
+    assert "perf/samples_per_second" in from_csv
+
+    trainer = _train(tmp_path / "asked", ["tensorboard"], telemetry=Telemetry(log_history=True))
+    (run_dir,) = glob.glob(str(tmp_path / "asked" / "out" / "runs" / "*"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(run_dir)
+    accumulator.Reload()
+    steps = [event.step for event in accumulator.Scalars("train/perf/samples_per_second")]
+    assert steps == [1, 2, 3, 4]
+
+
 def _tensorboard_and_csv_series(out_dir):
     """key -> [(step, value), ...] as TensorBoard and the CSV logger hold them under `out_dir`."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -176,7 +210,7 @@ def _tensorboard_and_csv_series(out_dir):
     accumulator = EventAccumulator(run_dir)
     accumulator.Reload()
     scalars = {
-        tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]
+        tag: [(e.step, e.value) for e in _in_time_order(accumulator.Scalars(tag))] for tag in accumulator.Tags()["scalars"]
     }
     (metrics_file,) = glob.glob(str(out_dir / "lightning_logs" / "*" / "metrics.csv"))
     from_csv = defaultdict(list)
@@ -249,8 +283,9 @@ TWO_LOGGED_STEPS = dict(
 
 def test_evaluate_before_train_reaches_the_same_runs_as_training(tmp_path, monkeypatch):
     """The reference's integrations start at their first event: an evaluate() before train() is logged at step 0,
-    and train() then writes to the same TensorBoard run and CSV file (ours under output_dir; the reference's
-    TensorBoard run then lands in the working directory: docs/divergences.md)."""
+    and train() then writes to the same TensorBoard run and CSV file. The reference's TensorBoard run then lands in
+    the working directory, and so does ours when its own callback carries it (the default); our Lightning
+    TensorBoard logger (`HF_LIGHTNING_REPORT_THROUGH=lightning`) keeps it under output_dir: docs/divergences.md."""
     import transformers
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -271,6 +306,23 @@ def test_evaluate_before_train_reaches_the_same_runs_as_training(tmp_path, monke
     assert glob.glob(str(tmp_path / "cwd" / "runs" / "*"))  # the reference's run, in the working directory
     assert not glob.glob(str(tmp_path / "reference" / "runs" / "*"))
 
+    # The reference's own callback, run by ours: the same place, one run.
+    (tmp_path / "cwd-ours").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd-ours")
+    args = TrainingArguments(output_dir=str(tmp_path / "carried"), report_to=["tensorboard"], **settings)
+    trainer = HFLightningTrainer(
+        model=make_regression_mlp(),
+        args=args,
+        train_dataset=regression_data(8),
+        eval_dataset=regression_data(4),
+        telemetry=False,
+    )
+    trainer.evaluate()
+    trainer.train()
+    assert len(glob.glob(str(tmp_path / "cwd-ours" / "runs" / "*"))) == 1
+    assert not glob.glob(str(tmp_path / "carried" / "runs" / "*"))
+
+    monkeypatch.setenv("HF_LIGHTNING_REPORT_THROUGH", "lightning")
     args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=["tensorboard", "csv"], **settings)
     trainer = HFLightningTrainer(
         model=make_regression_mlp(),
@@ -340,7 +392,7 @@ def test_tensorboard_writes_strings_as_text(tmp_path):
     accumulator = EventAccumulator(str(tmp_path))
     accumulator.Reload()
     scalars = {
-        tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]
+        tag: [(e.step, e.value) for e in _in_time_order(accumulator.Scalars(tag))] for tag in accumulator.Tags()["scalars"]
     }
     assert scalars == {
         "train/loss": [(3, 0.5)],
@@ -410,7 +462,10 @@ def _mlflow_series(client, run_id, keys):
 
 
 def test_mlflow_file_store_holds_the_log_history(tmp_path, monkeypatch):
+    """Our Lightning MLflow logger (the reference's own callback: tests/integrations/test_tracker_parity.py)."""
     from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("HF_LIGHTNING_REPORT_THROUGH", "lightning")
 
     uri = (tmp_path / "mlruns").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -434,8 +489,11 @@ def test_mlflow_file_store_holds_the_log_history(tmp_path, monkeypatch):
 
 
 def test_mlflow_defaults_to_a_sqlite_store_in_output_dir(tmp_path, monkeypatch):
-    """No MLFLOW_TRACKING_URI: the run lands in output_dir/mlflow.db (MLflow's current store format)."""
+    """No MLFLOW_TRACKING_URI: our Lightning MLflow logger's run lands in output_dir/mlflow.db (MLflow's current
+    store format); the reference's callback leaves it to MLflow (./mlflow.db)."""
     from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("HF_LIGHTNING_REPORT_THROUGH", "lightning")
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
@@ -557,8 +615,11 @@ def wandb_env(tmp_path, monkeypatch):
     wandb.finish()
 
 
-def test_wandb_offline_run_holds_the_log_history(tmp_path, wandb_env):
+def test_wandb_offline_run_holds_the_log_history(tmp_path, wandb_env, monkeypatch):
+    """Our Lightning W&B logger (the reference's own callback: tests/integrations/test_tracker_parity.py)."""
     import wandb
+
+    monkeypatch.setenv("HF_LIGHTNING_REPORT_THROUGH", "lightning")
 
     trainer = _train(tmp_path, "wandb")
     assert os.environ.get("WANDB_MODE") is None  # Lightning's offline=True would have set it to "dryrun"
@@ -585,7 +646,8 @@ def test_wandb_offline_run_holds_the_log_history(tmp_path, wandb_env):
 
 def test_wandb_gets_predict_metrics_as_the_reference(tmp_path, wandb_env, monkeypatch):
     """The reference's WandbCallback.on_predict: one more history row, the rewritten `test/` metrics plus
-    `train/global_step` (its `step_sync`); run side by side with transformers.Trainer, read back from both files."""
+    `train/global_step` (its `step_sync`); our Lightning W&B logger run side by side with transformers.Trainer,
+    read back from both files."""
     import transformers
     import wandb
 
@@ -601,8 +663,10 @@ def test_wandb_gets_predict_metrics_as_the_reference(tmp_path, wandb_env, monkey
     # is made: end any setup an earlier test made, so this one reads it.
     monkeypatch.setenv("WANDB_MODE", "offline")
     wandb.teardown()
-    monkeypatch.chdir(tmp_path)  # the reference's run goes to ./wandb (ours to output_dir/wandb)
+    monkeypatch.chdir(tmp_path)  # the reference's run goes to ./wandb (our Lightning logger's to output_dir/wandb)
+    monkeypatch.setenv("HF_LIGHTNING_REPORT_THROUGH", "lightning")
     ours = _train(tmp_path, "wandb")
+    monkeypatch.delenv("HF_LIGHTNING_REPORT_THROUGH")
     our_row, our_metrics, our_rows = last_row(tmp_path / "out", ours)
     assert our_rows == len(ours.state.log_history) + 1  # predict() adds one row, and no log_history entry
 
@@ -699,17 +763,49 @@ def test_tracker_settings_we_cannot_honour_are_refused(backend, environ, words):
 
 
 @pytest.mark.parametrize("name", sorted(INTEGRATION_TO_CALLBACK))
-def test_every_reference_integration_is_mapped_or_refused_with_the_fix(name):
-    everything = Environment(installed_loggers=frozenset(SUPPORTED_LOGGERS) | {"neptune"})
+def test_every_reference_integration_is_carried_or_refused_with_the_fix(name):
+    """The carrier rule (docs/design.md, "Who carries report_to"): with transformers, the reference's own callback
+    carries each of the twelve names; without it, Lightning's loggers carry four and the other eight are refused
+    naming what to install; neptune and kubeflow are refused either way."""
+    everything = frozenset(CALLBACK_INTEGRATIONS) | {"neptune"}
+    with_transformers = Environment(installed_loggers=everything, reference_integrations=True)
+    without = Environment(installed_loggers=everything)
+    if name in CALLBACK_INTEGRATIONS:
+        assert reference_integrations([name], with_transformers) == [name]
+        assert logger_specs(TrainingArguments(output_dir="o", report_to=name), with_transformers) == []
+        missing = str(pytest.raises(ValueError, requested_loggers, [name], Environment(reference_integrations=True)).value)
+        assert "not installed" in missing and "pip install" in missing and "remove" in missing
     if name in SUPPORTED_LOGGERS:
-        assert requested_loggers([name], everything) == [name]
-        (spec,) = logger_specs(TrainingArguments(output_dir="o", report_to=name), everything)
+        assert requested_loggers([name], without) == [name] and reference_integrations([name], without) == []
+        (spec,) = logger_specs(TrainingArguments(output_dir="o", report_to=name), without)
         assert spec["name"] == name
         message = str(pytest.raises(ValueError, requested_loggers, [name], Environment()).value)
         assert "not installed" in message and "pip install" in message and "remove" in message
+    elif name in CALLBACK_INTEGRATIONS:
+        message = str(pytest.raises(ValueError, requested_loggers, [name], without).value)
+        assert f"report_to={name!r} has no Lightning logger" in message
+        assert "install transformers" in message and LOGGER_PACKAGES[name][1] in message
+        # transformers installed, Lightning's loggers asked for: the fix is to stop asking.
+        lightning = Environment(
+            installed_loggers=everything,
+            reference_integrations=True,
+            environ={"HF_LIGHTNING_REPORT_THROUGH": "lightning"},
+        )
+        message = str(pytest.raises(ValueError, requested_loggers, [name], lightning).value)
+        assert "unset HF_LIGHTNING_REPORT_THROUGH" in message
     else:
-        message = str(pytest.raises(ValueError, requested_loggers, [name], everything).value)
-        assert f"report_to={name!r} is not supported (" in message and "remove it from report_to" in message
+        for env in (with_transformers, without):
+            message = str(pytest.raises(ValueError, requested_loggers, [name], env).value)
+            assert f"report_to={name!r} is not supported (" in message and "remove it from report_to" in message
+
+
+def test_report_through_is_checked():
+    bad = Environment(environ={"HF_LIGHTNING_REPORT_THROUGH": "sometimes"}, reference_integrations=True)
+    message = str(pytest.raises(ValueError, requested_loggers, ["tensorboard"], bad).value)
+    assert "HF_LIGHTNING_REPORT_THROUGH='sometimes'" in message and "reference, lightning" in message
+    no_transformers = Environment(environ={"HF_LIGHTNING_REPORT_THROUGH": "reference"})
+    message = str(pytest.raises(ValueError, requested_loggers, ["tensorboard"], no_transformers).value)
+    assert "needs transformers" in message
 
 
 def test_refusals_say_why():
@@ -730,15 +826,51 @@ def test_comet_spec_reads_project_mode_and_run_name():
 
 def test_all_and_none(monkeypatch):
     monkeypatch.delenv("KUBEFLOW_TRAINER_SERVER_URL", raising=False)
-    # TrainingArguments expands "all" the reference's way; every installed name we support is kept.
-    expected = [name for name in get_available_reporting_integrations() if name in SUPPORTED_LOGGERS]
-    assert expected  # tensorboard, mlflow and wandb are installed in the test environment
+    monkeypatch.delenv("HF_LIGHTNING_REPORT_THROUGH", raising=False)
+    # TrainingArguments expands "all" the reference's way; the reference's own callbacks carry every name.
+    expected = get_available_reporting_integrations()
+    assert {"tensorboard", "mlflow", "wandb", "trackio"} <= set(expected)  # installed in the test environment
     plan = translate(TrainingArguments(output_dir="o", report_to="all"))
-    assert [spec["name"] for spec in plan.logging.loggers] == expected
-    assert translate(TrainingArguments(output_dir="o", report_to="none")).logging.loggers == ()
-    # Unexpanded (duck-typed arguments): "all" keeps the installed supported loggers only.
-    installed = Environment(installed_loggers=frozenset({"tensorboard", "neptune"}))
-    assert requested_loggers("all", installed) == ["tensorboard"]
+    assert list(plan.logging.integrations) == expected and plan.logging.loggers == ()
+    assert translate(TrainingArguments(output_dir="o", report_to="none")).logging == translate(
+        TrainingArguments(output_dir="o")
+    ).logging
+    # Lightning's loggers asked for: the installed names they carry, the others left out of "all".
+    monkeypatch.setenv("HF_LIGHTNING_REPORT_THROUGH", "lightning")
+    plan = translate(TrainingArguments(output_dir="o", report_to="all"))
+    assert [spec["name"] for spec in plan.logging.loggers] == [n for n in expected if n in SUPPORTED_LOGGERS]
+    assert plan.logging.integrations == ()
+    # Unexpanded (duck-typed arguments): "all" keeps the installed names of the carrier, in the reference's order.
+    installed = frozenset({"tensorboard", "neptune", "trackio", "mlflow", "azure_ml", "dvclive"})
+    assert requested_loggers("all", Environment(installed_loggers=installed)) == ["mlflow", "tensorboard"]
+    with_transformers = Environment(installed_loggers=installed, reference_integrations=True)
+    assert requested_loggers("all", with_transformers) == ["dvclive", "mlflow", "tensorboard", "trackio"]
+
+
+def test_the_reference_callbacks_are_attached_in_the_reference_order(tmp_path, monkeypatch):
+    """Our trainer's callback list equals transformers.Trainer's for the same report_to: flow callback, the
+    integrations' own callbacks in report_to's order, then the user's and the progress callback."""
+    import transformers
+
+    monkeypatch.chdir(tmp_path)
+    names = ["trackio", "tensorboard", "dvclive"]
+    user = transformers.TrainerCallback()
+
+    def kinds(trainer):
+        return [type(callback).__name__ for callback in trainer.callback_handler.callbacks]
+
+    reference = transformers.Trainer(
+        model=make_regression_mlp(),
+        args=transformers.TrainingArguments(output_dir=str(tmp_path / "r"), report_to=names, use_cpu=True),
+        callbacks=[user],
+    )
+    ours = HFLightningTrainer(
+        model=make_regression_mlp(),
+        args=TrainingArguments(output_dir=str(tmp_path / "o"), report_to=names, use_cpu=True),
+        callbacks=[user],
+    )
+    assert kinds(ours) == kinds(reference)
+    assert kinds(ours)[1:4] == ["TrackioCallback", "TensorBoardCallback", "DVCLiveCallback"]
 
 
 def test_rewrite_logs_matches_the_reference():
@@ -748,3 +880,44 @@ def test_rewrite_logs_matches_the_reference():
 
     logs = {"loss": 1.0, "eval_loss": 2.0, "test_acc": 0.5, "learning_rate": 1e-3, "evaluation": 3}
     assert rewrite_logs(logs) == reference(logs)
+
+
+def test_without_transformers_lightning_loggers_carry_report_to(tmp_path):
+    """transformers unimportable: tensorboard is our Lightning logger (its run under output_dir/runs, the perf/
+    figures beside the reference's keys), and a name only the reference's callbacks carry is refused naming what to
+    install, before training."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.no_transformers import BLOCK_TRANSFORMERS
+
+    script = BLOCK_TRANSFORMERS + textwrap.dedent(
+        f"""
+        import glob
+        from hf_lightning import Trainer, TrainingArguments
+        from tests.models import make_regression_mlp, regression_data
+
+        def args(report_to):
+            return TrainingArguments(output_dir={str(tmp_path)!r}, use_cpu=True, per_device_train_batch_size=2,
+                                     logging_steps=1, max_steps=2, save_strategy="no", disable_tqdm=True,
+                                     report_to=report_to)
+
+        trainer = Trainer(model=make_regression_mlp(), args=args("tensorboard"), train_dataset=regression_data(4))
+        assert trainer.callback_handler.callback_list.count("TensorBoardCallback") == 0
+        trainer.train()
+        assert [type(l).__name__ for l in trainer.lightning_trainer.loggers] == ["TensorBoardLogger"]
+        assert glob.glob({str(tmp_path / "runs" / "*" / "events.out.tfevents.*")!r})
+        try:
+            Trainer(model=make_regression_mlp(), args=args("trackio"), train_dataset=regression_data(4))
+        except ValueError as error:
+            assert "has no Lightning logger" in str(error) and "pip install trackio" in str(error), error
+        else:
+            raise AssertionError("report_to='trackio' was accepted without transformers")
+        assert "transformers" not in sys.modules
+        print("OK")
+        """
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=root)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]

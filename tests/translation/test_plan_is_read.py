@@ -171,6 +171,11 @@ def _representative_plans(tmp_path) -> list[tuple[Plan, dict[str, set[str]]]]:
         (_override(_arguments(tmp_path, use_cpu=True), bf16=True), CPU),
         # parallelism_config.tp_size: the tensor-parallel strategy's mesh size.
         (_override(_arguments(tmp_path, use_cpu=True), parallelism_config={"tp_size": 2}), DDP_2),
+        # report_to carried by the reference's own integration callback (logging.integrations).
+        (
+            _override(_arguments(tmp_path, use_cpu=True), report_to=["tensorboard"]),
+            Environment(installed_loggers=frozenset({"tensorboard"}), reference_integrations=True),
+        ),
     ]
     merge = translate_module._merge
     plans = []

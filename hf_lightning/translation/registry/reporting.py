@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from hf_lightning.translation.logger_specs import logger_specs, requested_loggers
+from hf_lightning.translation.logger_specs import (
+    logger_specs,
+    reference_integrations,
+    report_to_of,
+    requested_loggers,
+)
 from hf_lightning.translation.registry.core import (
     Context,
     Decision,
@@ -52,29 +57,44 @@ def _disable_tqdm(field: str, value: Any, ctx: Context) -> Decision:
 def _report_to(field: str, value: Any, ctx: Context) -> Decision:
     try:
         specs = logger_specs(ctx.args, ctx.env)
+        callbacks = reference_integrations(report_to_of(ctx.args, ctx.env), ctx.env)
     except ValueError as error:
         return refused(str(error))
-    if not specs:
+    if not specs and not callbacks:
         return honoured("no experiment tracker")
-    names = ", ".join(spec["name"] for spec in specs)
-    return honoured(
-        f"Lightning loggers ({names}) fed from log_history with each backend's reference key convention (train/, eval/, test/ prefixes; MLflow unprefixed)",
-        loggers=tuple(specs),
-    )
+    carriers = []
+    if callbacks:
+        carriers.append(
+            f"transformers' own integration callbacks ({', '.join(callbacks)}) run by our callback system, "
+            "recording what the reference records"
+        )
+    if specs:
+        names = ", ".join(spec["name"] for spec in specs)
+        carriers.append(
+            f"Lightning loggers ({names}) fed from log_history with each backend's reference key convention "
+            "(train/, eval/, test/ prefixes; MLflow unprefixed)"
+        )
+    return honoured("; ".join(carriers), loggers=tuple(specs), logging={"integrations": tuple(callbacks)})
 
 
 def _run_name(field: str, value: Any, ctx: Context) -> Decision:
     try:
-        requested = requested_loggers(ctx.get("report_to"), ctx.env)
+        requested = requested_loggers(report_to_of(ctx.args, ctx.env), ctx.env)
     except ValueError:
         requested = []  # report_to's own note carries the refusal
     if not requested:
         return not_applicable("read by experiment trackers; none is in use")
-    return honoured("loggers.py: run name given to the experiment trackers")
+    return honoured("given to the experiment trackers (their integration callbacks or Lightning loggers)")
 
 
-def _trackio_only(field: str, value: Any, ctx: Context) -> Decision:
-    return not_applicable("read by the Trackio integration only, which hf_lightning does not support")
+def _trackio_field(field: str, value: Any, ctx: Context) -> Decision:
+    try:
+        callbacks = reference_integrations(report_to_of(ctx.args, ctx.env), ctx.env)
+    except ValueError:
+        callbacks = []  # report_to's own note carries the refusal
+    if "trackio" in callbacks:
+        return honoured("read by transformers' TrackioCallback (report_to='trackio')")
+    return not_applicable("read by the Trackio integration only, which report_to does not name")
 
 
 ENTRIES: list[FieldEntry] = [
@@ -116,11 +136,12 @@ ENTRIES: list[FieldEntry] = [
         "report_to",
         "none",
         _report_to,
-        "Lightning loggers: tensorboard, csv, mlflow, wandb, comet_ml (other names refused)",
+        "the reference's twelve integrations through its own callbacks (transformers installed), else Lightning "
+        "loggers for tensorboard, mlflow, wandb, comet_ml; csv (ours) through Lightning's CSVLogger",
     ),
     FieldEntry("run_name", None, _run_name, "run name for the loggers"),
-    FieldEntry("project", "huggingface", _trackio_only, "Trackio only: accepted, no effect"),
-    FieldEntry("trackio_space_id", None, _trackio_only, "Trackio only: accepted, no effect"),
-    FieldEntry("trackio_bucket_id", None, _trackio_only, "Trackio only: accepted, no effect"),
-    FieldEntry("trackio_static_space_id", None, _trackio_only, "Trackio only: accepted, no effect"),
+    FieldEntry("project", "huggingface", _trackio_field, "Trackio's project (report_to='trackio')"),
+    FieldEntry("trackio_space_id", None, _trackio_field, "Trackio's Space (report_to='trackio')"),
+    FieldEntry("trackio_bucket_id", None, _trackio_field, "Trackio's bucket (report_to='trackio')"),
+    FieldEntry("trackio_static_space_id", None, _trackio_field, "Trackio's static Space (report_to='trackio')"),
 ]
