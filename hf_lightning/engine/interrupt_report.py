@@ -10,7 +10,6 @@ that line and a one-line `KeyboardInterrupt` instead of a screen of traceback th
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 import sys
@@ -78,12 +77,13 @@ def _open_progress_bars() -> list:
     return list(instances) if instances else []
 
 
-def _import_what_exit_handlers_import() -> None:
+def _keep_exit_handlers_from_importing() -> None:
     """Keep an uncaught Ctrl+C's exit status 130 (the process ended by SIGINT, what a shell and a scheduler read).
-    CPython 3.11 loses it (status 1) when an exit handler imports a module during finalization, and torch._dynamo's
-    handler (`dump_compile_times`) imports `tabulate` when it is installed: imported now, it is already loaded then."""
-    if "torch._dynamo" in sys.modules and importlib.util.find_spec("tabulate") is not None:
-        import tabulate  # noqa: F401  # lazy: only for an uncaught Ctrl+C, only when installed
+    Importing `tabulate` (its `wcwidth` extension) after the interrupt makes CPython 3.11 exit with status 1 instead,
+    and torch._dynamo's exit handler (`dump_compile_times`) imports it when it is installed; during this shutdown
+    that import fails instead, and the handler formats its (unshown) report with its own plain-text fallback."""
+    if "torch._dynamo" in sys.modules and "tabulate" not in sys.modules:
+        sys.modules["tabulate"] = None  # `import tabulate` raises ImportError from here on
 
 
 def _install_quiet_excepthook() -> None:
@@ -93,7 +93,7 @@ def _install_quiet_excepthook() -> None:
 
     def quiet_reported_interrupt(kind, value, traceback):
         if isinstance(value, KeyboardInterrupt):
-            _import_what_exit_handlers_import()
+            _keep_exit_handlers_from_importing()
         reported = isinstance(value, KeyboardInterrupt) and value.__dict__.get("hf_lightning_reported", False)
         if reported and os.environ.get(FULL_TRACEBACK_ENV, "") not in ("1", "true", "True"):
             print(f"KeyboardInterrupt (the traceback is left out; {FULL_TRACEBACK_ENV}=1 shows it)", file=sys.stderr)
