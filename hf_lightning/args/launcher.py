@@ -1,7 +1,8 @@
 """The process layout a launcher gave this process: torchrun's variables, else SLURM's (`srun`).
 
 torchrun (and Lightning's own launcher, accelerate launch, mpirun via `WORLD_SIZE`) sets `WORLD_SIZE`,
-`RANK`, `LOCAL_RANK` and `LOCAL_WORLD_SIZE`; they win when present. Without them, a process that `srun`
+`RANK`, `LOCAL_RANK` and `LOCAL_WORLD_SIZE` (and the node's index as `GROUP_RANK`; Ray Train's `TorchConfig` sets the
+same names with `NODE_RANK`, read from `ray.train.get_context()`); they win when present. Without them, a process that `srun`
 started reads `SLURM_NTASKS`, `SLURM_PROCID`, `SLURM_LOCALID`, `SLURM_NODEID` and `SLURM_NTASKS_PER_NODE`,
 as Lightning's `SLURMEnvironment` does, which then runs the job; a job named `bash` or `interactive` is
 Lightning's opt-out of SLURM detection and is treated as not launched.
@@ -25,6 +26,8 @@ class LaunchLayout:
     local_rank: int
     local_world_size: int
     source: str
+    # The node's index as the launcher gave it (-1: not given), which nodes holding different process counts need.
+    given_node_rank: int = -1
 
     @property
     def num_nodes(self) -> int:
@@ -33,7 +36,10 @@ class LaunchLayout:
 
     @property
     def node_rank(self) -> int:
-        """This process's node (ranks are numbered node by node, as both launchers do)."""
+        """This process's node: the launcher's index, else derived from the rank (ranks are numbered node by node,
+        which gives the node only when every node holds `local_world_size` processes)."""
+        if self.given_node_rank >= 0:
+            return self.given_node_rank
         return self.rank // max(1, self.local_world_size)
 
 
@@ -54,6 +60,7 @@ def _torchrun(environ: Mapping[str, str]) -> LaunchLayout | None:
         local_rank=max(0, local_rank),
         local_world_size=max(1, _int(environ, "LOCAL_WORLD_SIZE", world_size)),
         source="torchrun",
+        given_node_rank=_int(environ, "GROUP_RANK", _int(environ, "NODE_RANK", -1)),
     )
 
 
@@ -72,6 +79,7 @@ def _slurm(environ: Mapping[str, str]) -> LaunchLayout | None:
         local_rank=_int(environ, "SLURM_LOCALID", 0),
         local_world_size=max(1, per_node),
         source="slurm",
+        given_node_rank=_int(environ, "SLURM_NODEID", -1),
     )
 
 
