@@ -14,8 +14,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.fabric.plugins.environments import ClusterEnvironment
 
 import hf_lightning.engine.schedule as schedule
+from hf_lightning.args.launcher import launch_layout
 from hf_lightning.checkpoint.async_writes import check_checkpoint_plugins
 from hf_lightning.engine import lean_lightning, lean_logging
 from hf_lightning.engine.precision import lightning_precision_kwargs
@@ -91,6 +93,7 @@ def build_lightning_trainer(
         kwargs["strategy"] = build_strategy(plan, model)
     kwargs["callbacks"] = list(user_callbacks)
     kwargs = merge_lightning_overrides(kwargs, overrides or {})
+    check_cluster_environments(kwargs.get("plugins"))
     trainer = pl.Trainer(**kwargs)
     lean_logging.use_lean_logger_connector(trainer)
     lean_lightning.use_lean_profiler(trainer)
@@ -152,8 +155,9 @@ REFUSED_LIGHTNING_OVERRIDES: dict[str, str] = {
 }
 
 
-# Ray's Lightning recipe (docs/design.md, "Ray"): its strategies, environment and callback replace what the engine
-# builds from the arguments; the supported path on Ray Train is the transformers-on-Ray recipe.
+# Ray's Lightning recipe (docs/design.md, "Ray"): its strategies and callback replace what the engine builds from the
+# arguments; the supported path on Ray Train is the transformers-on-Ray recipe. Its RayLightningEnvironment only
+# describes the processes and is accepted in `plugins` where it describes the run's (`check_cluster_environments`).
 RAY_RECIPE = (
     "on Ray Train, use the transformers-on-Ray recipe with this Trainer: in the TorchTrainer's train function "
     "`trainer = ray.train.huggingface.transformers.prepare_trainer(trainer)` with "
@@ -164,16 +168,51 @@ RAY_RECIPE = (
 
 def refuse_ray_lightning(values: Any, where: str) -> None:
     """A ValueError naming the supported recipe when `values` holds a part of Ray's Lightning recipe
-    (`ray.train.lightning`: RayDDPStrategy, RayFSDPStrategy, RayDeepSpeedStrategy, RayLightningEnvironment,
-    its RayTrainReportCallback)."""
+    (`ray.train.lightning`: RayDDPStrategy, RayFSDPStrategy, RayDeepSpeedStrategy, its RayTrainReportCallback);
+    its RayLightningEnvironment passes (a ClusterEnvironment, checked against the run's processes at build time)."""
     entries = values if isinstance(values, (list, tuple)) else [values]
     classes = [v if isinstance(v, type) else type(v) for v in entries]
-    names = [c.__name__ for c in classes if (c.__module__ or "").startswith("ray.train.lightning")]
+    names = [
+        c.__name__
+        for c in classes
+        if (c.__module__ or "").startswith("ray.train.lightning") and not _is_cluster_environment(c)
+    ]
     if names:
         raise ValueError(
             f"{where} got {', '.join(names)} from Ray's Lightning recipe (ray.train.lightning), which replaces the "
-            f"strategy, environment and checkpoints hf_lightning builds from TrainingArguments; {RAY_RECIPE}."
+            f"strategy and checkpoints hf_lightning builds from TrainingArguments (its RayLightningEnvironment is "
+            f"accepted in plugins); {RAY_RECIPE}."
         )
+
+
+def _is_cluster_environment(cls: type) -> bool:
+    return issubclass(cls, ClusterEnvironment)
+
+
+def _ray_environment(entry: Any) -> bool:
+    cls = entry if isinstance(entry, type) else type(entry)
+    return (cls.__module__ or "").startswith("ray.train.lightning") and _is_cluster_environment(cls)
+
+
+def check_cluster_environments(plugins: Any) -> None:
+    """ValueError naming the mismatch when a Ray `ClusterEnvironment` in `plugins` describes other processes than
+    the launcher's variables the arguments read (world size, global rank, local rank, node rank)."""
+    layout = launch_layout()
+    ours = (
+        (layout.world_size, layout.rank, layout.local_rank, layout.node_rank) if layout is not None else (1, 0, 0, 0)
+    )
+    for entry in plugins or []:
+        if not _ray_environment(entry) or isinstance(entry, type):
+            continue
+        theirs = (entry.world_size(), entry.global_rank(), entry.local_rank(), entry.node_rank())
+        names = ("world size", "global rank", "local rank", "node rank")
+        wrong = [f"{name} {t} (the run's arguments: {o})" for name, t, o in zip(names, theirs, ours) if t != o]
+        if wrong:
+            raise ValueError(
+                f"lightning.Trainer override 'plugins' got {type(entry).__name__}, which describes other processes "
+                f"than this run's: {'; '.join(wrong)}. Run it inside the Ray Train worker that launched this process "
+                f"(the arguments read the variables Ray's TorchConfig sets), or remove it: the layout is read anyway."
+            )
 
 
 def check_lightning_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -197,7 +236,10 @@ def check_lightning_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     checked = dict(overrides)
     if "plugins" in checked:
 
-        checked["plugins"] = check_checkpoint_plugins(checked["plugins"])
+        entries = checked["plugins"] if isinstance(checked["plugins"], (list, tuple)) else [checked["plugins"]]
+        environments = [entry for entry in entries if _ray_environment(entry)]
+        others = [entry for entry in entries if not _ray_environment(entry)]
+        checked["plugins"] = (check_checkpoint_plugins(others) if others else []) + environments
     return checked
 
 

@@ -91,6 +91,10 @@ def train_func(config: dict) -> None:
     trainer = Trainer(
         model=model, args=args, train_dataset=regression_data(32), callbacks=[RayTrainReportCallback(), LoseRankOne()]
     )
+    if config.get("environment"):
+        from ray.train.lightning import RayLightningEnvironment
+
+        trainer.lightning_trainer_overrides = {"plugins": [RayLightningEnvironment()]}
     trainer = prepare_trainer(trainer)
     with _said(os.path.join(out, f"said_{ray.train.get_context().get_world_rank()}.txt")):
         trainer.train()
@@ -218,6 +222,41 @@ def test_a_lost_worker_is_restarted_and_continues_from_the_last_report(runs):
         assert torch.equal(killed[name], uninterrupted[name]), name
 
 
+@pytest.mark.slow
+def test_rays_lightning_environment_describing_the_workers_trains_as_without_it(runs, tmp_path):
+    """RayLightningEnvironment in `plugins` on the same 2 workers: accepted (it describes the processes the
+    arguments read) and the run ends with the weights of the same run without it."""
+    result = _fit(tmp_path / "environment", "ours", environment=True)
+    assert result.error is None and result.metrics["step"] == MAX_STEPS
+    with_environment, without = _weights(tmp_path, "environment"), _weights(runs["root"], "ours")
+    for name in without:
+        assert torch.equal(with_environment[name], without[name]), name
+
+
+def test_a_ray_environment_describing_other_processes_is_refused_before_training(tmp_path, monkeypatch):
+    """A RayLightningEnvironment whose Ray context says world size 2, rank 1 in a process launched as one: refused
+    before training, naming each mismatch."""
+    from types import SimpleNamespace
+
+    from ray.train.lightning import RayLightningEnvironment
+
+    from hf_lightning import Trainer, TrainingArguments
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    context = SimpleNamespace(
+        get_world_size=lambda: 2, get_world_rank=lambda: 1, get_local_rank=lambda: 1, get_node_rank=lambda: 0
+    )
+    monkeypatch.setattr(ray.train, "get_context", lambda: context)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to="none", use_cpu=True)
+    trainer = Trainer(model=DropoutMLP(), args=args, train_dataset=regression_data(4))
+    trainer.lightning_trainer_overrides = {"plugins": [RayLightningEnvironment()]}
+    mismatch = r"world size 2 \(the run's arguments: 1\); global rank 1 \(the run's arguments: 0\); local rank 1"
+    with pytest.raises(ValueError, match=rf"RayLightningEnvironment, which describes other processes.*{mismatch}"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+
+
 def _ray_data_fit(out: Path, side: str) -> ray.train.Result:
     rows = regression_data(4 * MAX_STEPS)
     items = [
@@ -278,9 +317,9 @@ def test_fewer_workers_resume_through_the_resharding_path_keeping_the_global_bat
 
 
 def test_rays_lightning_recipe_is_refused_naming_the_supported_one(tmp_path):
-    """RayDDPStrategy / RayLightningEnvironment / Lightning's RayTrainReportCallback would replace the strategy,
-    environment and checkpoints the engine builds (docs/design.md, "Ray"): refused before training, naming
-    `prepare_trainer` and transformers' `RayTrainReportCallback`."""
+    """RayDDPStrategy / RayFSDPStrategy / Lightning's RayTrainReportCallback would replace the strategy and
+    checkpoints the engine builds (docs/design.md, "Ray"): refused before training, naming `prepare_trainer` and
+    transformers' `RayTrainReportCallback`."""
     from ray.train import lightning as ray_lightning
 
     from hf_lightning import Trainer, TrainingArguments
@@ -294,7 +333,7 @@ def test_rays_lightning_recipe_is_refused_naming_the_supported_one(tmp_path):
     for key, value, name in (
         ("strategy", built(ray_lightning.RayDDPStrategy), "RayDDPStrategy"),
         ("strategy", built(ray_lightning.RayFSDPStrategy), "RayFSDPStrategy"),
-        ("plugins", [built(ray_lightning.RayLightningEnvironment)], "RayLightningEnvironment"),
+        ("strategy", built(ray_lightning.RayDeepSpeedStrategy), "RayDeepSpeedStrategy"),
         ("callbacks", [built(ray_lightning.RayTrainReportCallback)], "RayTrainReportCallback"),
     ):
         with pytest.raises(ValueError, match=rf"override '{key}' got {name} from Ray's Lightning recipe.*{supported}"):
