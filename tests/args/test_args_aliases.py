@@ -196,7 +196,10 @@ def test_attribute_aliases() -> None:
 
 
 def test_ray_scope_sets_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RAY_SCOPE", raising=False)
+    # Set, then deleted: monkeypatch records the variable's first state and puts it back after the test (a bare
+    # delenv of an absent variable records nothing, and the RAY_SCOPE the alias sets would reach later tests).
+    monkeypatch.setenv("RAY_SCOPE", "last")
+    monkeypatch.delenv("RAY_SCOPE")
     _build(ray_scope="all")
     assert os.environ["RAY_SCOPE"] == "all"
 
