@@ -46,17 +46,11 @@ class JITCheckpointCallback(TrainerCallback):
 
     def _agreed(self) -> bool:
         """Whether any process received SIGTERM: an all-reduce of the flag under DDP (every process calls it)."""
-        import torch.distributed as dist
+        # lazy: this module is imported with the facade and imports no Lightning
+        from hf_lightning.strategies.distributed import any_process
 
-        requested = self.requested
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            import torch
-
-            device = getattr(getattr(self._facade.lightning_trainer, "strategy", None), "root_device", None)
-            flag = torch.tensor([int(requested)], device=device or "cpu")
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            requested = bool(flag.item())
-        return requested
+        device = getattr(getattr(self._facade.lightning_trainer, "strategy", None), "root_device", None)
+        return any_process(self.requested, device)
 
     def _save_and_stop(self, control: Any) -> None:
         # The step's own save path writes it, after the step's log and evaluation, so the checkpoint's log history

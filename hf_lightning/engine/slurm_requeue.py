@@ -47,16 +47,10 @@ class SlurmRequeue:
         update boundary until the request is served, so the calls pair up)."""
         if self.saved_at is not None:
             return False
-        import torch.distributed as dist  # lazy: only runs under SLURM's auto-requeue
+        # lazy: only runs under SLURM's auto-requeue
+        from hf_lightning.strategies.distributed import any_process
 
-        requested = self.requested
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            import torch  # lazy: as above
-
-            flag = torch.tensor([int(requested)], device=device or "cpu")
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            requested = bool(flag.item())
-        return requested
+        return any_process(self.requested, device)
 
     def requeue_and_end(self, output_dir: str, is_main_process: bool) -> None:
         """After the checkpoint is complete on disk: the main process requeues the job, then every process ends by

@@ -41,6 +41,16 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+def any_process(flag: bool, device: Any = None) -> bool:
+    """Whether `flag` is true on any process (one all-reduce of a one-element tensor under several processes; every
+    process must call it at the same point)."""
+    if not is_distributed():
+        return flag
+    tensor = torch.tensor([int(flag)], device=device or "cpu")
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item())
+
+
 def world_size() -> int:
     """Processes in the default group (1 when none is initialised)."""
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
