@@ -24,8 +24,8 @@ from hf_lightning.checkpoint.files import (
     is_complete_checkpoint,
 )
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
-from hf_lightning.checkpoint.resume import (
-    load_callback_state,
+from hf_lightning.checkpoint.resume import load_callback_state
+from hf_lightning.checkpoint.resume_files import (
     load_rng_state,
     load_scaler_state,
     resume_files,

@@ -26,6 +26,7 @@ from hf_lightning.core.checkpoint_files import (
     SCHEDULER_NAME,
     WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
+    read_model_state_dict,
 )
 from hf_lightning.data.model_inputs import is_peft_model
 from hf_lightning.strategies.portable_state import (
@@ -123,7 +124,8 @@ class StrategyCheckpointIO:
                 logger.warning("Multiple active adapters detected will only consider the first adapter")
             model.load_adapter(checkpoint, active_adapters[0], is_trainable=True)
             return
-        state_dict = read_full_model_state(checkpoint)
+        # The plain files read straight; FSDP's full or sharded files merged on the CPU (strategies/portable_state.py).
+        state_dict = read_model_state_dict(checkpoint) if present else read_full_model_state(checkpoint)
         load_result = self._load_state_dict(model, state_dict)
         del state_dict
         trainer._issue_warnings_after_load(load_result)

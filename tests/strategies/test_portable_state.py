@@ -13,11 +13,8 @@ import torch
 from torch import nn
 
 from hf_lightning.checkpoint.consolidate import consolidate_checkpoint, default_output_dir
-from hf_lightning.checkpoint.resume import (
-    rng_file_to_restore,
-    saved_process_count,
-    warn_on_process_count_change,
-)
+from hf_lightning.checkpoint.resume import warn_on_process_count_change
+from hf_lightning.checkpoint.resume_files import rng_file_to_restore, saved_process_count
 from hf_lightning.strategies.portable_state import (
     is_keyed_by_name,
     optimizer_parameter_names,
