@@ -14,11 +14,10 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.plugins.precision import Precision
-from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from hf_lightning.engine.lean_lightning import is_pass_through_profiler
+from hf_lightning.strategies.steps import lightning_update_is_plain
 
 __all__ = ["UpdateDispatch", "hook_dispatch_is_idle"]
 
@@ -28,8 +27,7 @@ _DISPATCHED_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optim
 
 def hook_dispatch_is_idle(trainer: pl.Trainer) -> bool:
     """Whether Lightning's backward / optimizer-step dispatch would only call hooks nobody overrides."""
-    strategy = trainer.strategy
-    if type(strategy) is not SingleDeviceStrategy or type(strategy.precision_plugin) is not Precision:
+    if not lightning_update_is_plain(trainer.strategy):
         return False  # other strategies and precision plugins do real work there (scaling, sync, engines)
     if not is_pass_through_profiler(trainer.profiler):
         return False  # a profiler (a subclass of the pass-through one included) times the dispatched hooks

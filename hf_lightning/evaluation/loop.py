@@ -74,7 +74,7 @@ class EvaluationLoop:
         )
 
         self._prepare_distributed(dataloader)
-        check_evaluation_before_training(trainer)
+        check_evaluation_before_training(plan, args, trainer.deepspeed)
         model = self._prepare_model()
 
         # Full fp16 / bf16 evaluation outside training casts the model itself (in place, as the reference).

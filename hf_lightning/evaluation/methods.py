@@ -274,7 +274,7 @@ class EvaluationMixin:
 
     def _mixed_precision_dtype(self) -> torch.dtype | None:
         """The autocast dtype of the evaluation forward (fp16 / bf16 mixed precision), as the strategy allows it."""
-        return evaluation_autocast_dtype(self)
+        return evaluation_autocast_dtype(self.plan, self.model)
 
     def _add_speed_metrics(self, output: EvalLoopOutput, metric_key_prefix: str, start_time: float) -> None:
         """Add runtime and throughput; the model preparation time is not counted as evaluation time."""

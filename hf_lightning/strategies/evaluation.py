@@ -14,7 +14,11 @@ from hf_lightning.strategies.fsdp.policies import is_fsdp2_model
 from hf_lightning.strategies.tensor_parallel.state import trainer_tp_size
 
 
-def evaluation_autocast_dtype(trainer: Any) -> torch.dtype | None:
+def _uses_deepspeed(plan: Any) -> bool:
+    return plan.strategy is not None and plan.strategy.name == "deepspeed"
+
+
+def evaluation_autocast_dtype(plan: Any, model: Any) -> torch.dtype | None:
     """The autocast dtype of `fp16` / `bf16` mixed precision (the reference autocasts the forward), else None.
 
     None under DeepSpeed: the engine holds the model in its dtype and accelerate does not autocast its forward;
@@ -23,9 +27,9 @@ def evaluation_autocast_dtype(trainer: Any) -> torch.dtype | None:
     FSDP2 models without a forward autocast. An unsharded model (evaluate before train) keeps the autocast: the
     reference shards it with that policy for evaluation, which also computes in low precision.
     """
-    if getattr(trainer, "is_deepspeed_enabled", False) or is_fsdp2_model(trainer.model):
+    if _uses_deepspeed(plan) or is_fsdp2_model(model):
         return None
-    return planned_autocast_dtype(trainer.plan.module)
+    return planned_autocast_dtype(plan.module)
 
 
 def evaluation_replicas(trainer: Any) -> int:
@@ -34,23 +38,24 @@ def evaluation_replicas(trainer: Any) -> int:
     return max(1, getattr(trainer.args, "world_size", 1) // trainer_tp_size(trainer))
 
 
-def check_evaluation_before_training(trainer: Any) -> None:
-    """evaluate / predict under DeepSpeed before any `train()` built the engine (`trainer.deepspeed is None`).
+def check_evaluation_before_training(plan: Any, args: Any, engine: Any) -> None:
+    """evaluate / predict under DeepSpeed before any `train()` built the engine (`engine`, the trainer's
+    `deepspeed`, is None).
 
     The reference then builds a ZeRO inference engine (`deepspeed_init(inference=True)`), which it refuses below
     ZeRO-3. hf_lightning builds no inference engine: at ZeRO-3 the plain model gives the engine's results only
     when the config keeps float32 (the engine would cast the model to bf16 / fp16), so a 16-bit config is refused.
     """
-    if not getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "deepspeed", None) is not None:
+    if not _uses_deepspeed(plan) or engine is not None:
         return
-    stage = trainer.plan.strategy.deepspeed.zero_stage
+    stage = plan.strategy.deepspeed.zero_stage
     if stage != 3:
         raise ValueError(
             "ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your config "
             f"(evaluate() / predict() before train() with deepspeed zero_optimization.stage={stage}: the "
             "reference refuses it too; call train() first, or evaluate with a ZeRO-3 config or without deepspeed)"
         )
-    dtype = deepspeed_input_dtype(trainer.args)
+    dtype = deepspeed_input_dtype(args)
     if dtype != torch.float32:
         raise ValueError(
             f"evaluate() / predict() before train() under DeepSpeed ZeRO-3 with a {dtype} config "

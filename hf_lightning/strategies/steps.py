@@ -17,6 +17,16 @@ import torch
 from torch import nn
 
 
+def lightning_update_is_plain(strategy: Any) -> bool:
+    """Whether Lightning's strategy and precision plugin add nothing around backward and the optimizer step but hook
+    calls: its plain one-device strategy in full precision (others scale, sync or hand the step to an engine)."""
+    # lazy: this module is loaded by `from hf_lightning import Trainer`, which does not import Lightning
+    from lightning.pytorch.plugins.precision import Precision
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+
+    return type(strategy) is SingleDeviceStrategy and type(strategy.precision_plugin) is Precision
+
+
 def clip_scaled_grad_norm(
     parameters: list[nn.Parameter], max_norm: float | None, inv_scale: float | None = None, norm_type: float = 2.0
 ) -> torch.Tensor:

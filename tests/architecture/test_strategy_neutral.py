@@ -68,6 +68,7 @@ STRATEGY_KIND_NAMES = STRATEGY_FLAGS - ENGINE_FACADE_FLAGS - {"trainer_tp_size"}
     "HFFSDP2Strategy",
     "HFTensorParallelStrategy",
     "MicroBatchDDPStrategy",
+    "SingleDeviceStrategy",
 }
 
 

@@ -59,6 +59,7 @@ class StandInTrainer(EvaluationMixin):
         self.can_return_loss = can_return_loss(model)
         self.model_accepts_loss_kwargs = model_accepts_loss_kwargs(model)
         self.optimizer, self.lr_scheduler = None, None
+        self.deepspeed = None  # no DeepSpeed engine (the reference's attribute; None until train() builds one)
         self.is_in_train = False
         self.state = TrainerState()
         self.control = TrainerControl()
@@ -935,7 +936,7 @@ class Facade(EvaluationMixin):
         self.plan = translate(args)
         self.callback_handler = CallbackHandler([DefaultFlowCallback], model, None, None, None)
         self.label_names, self.can_return_loss = ["labels"], False
-        self.compute_metrics = self.preprocess_logits_for_metrics = self.optimizer = self.lr_scheduler = None
+        self.compute_metrics = self.preprocess_logits_for_metrics = self.optimizer = self.lr_scheduler = self.deepspeed = None
         self.is_in_train = False
         self._memory_tracker = TrainerMemoryTracker(skip_memory_metrics=True)
 
