@@ -23,6 +23,7 @@ from hf_lightning.engine import lean_lightning, lean_logging
 from hf_lightning.engine.precision import lightning_precision_kwargs
 from hf_lightning.integrations.loggers import build_loggers
 from hf_lightning.strategies.build import build_strategy
+from hf_lightning.strategies.uneven_nodes import environment_for_layout
 
 # Lightning's start-up banners ("GPU available", tips, "fit stopped") are noise next to the
 # reference's own output; real warnings still come through.
@@ -94,6 +95,7 @@ def build_lightning_trainer(
     kwargs["callbacks"] = list(user_callbacks)
     kwargs = merge_lightning_overrides(kwargs, overrides or {})
     check_cluster_environments(kwargs.get("plugins"))
+    _describe_uneven_nodes(kwargs)
     trainer = pl.Trainer(**kwargs)
     lean_logging.use_lean_logger_connector(trainer)
     lean_lightning.use_lean_profiler(trainer)
@@ -213,6 +215,17 @@ def check_cluster_environments(plugins: Any) -> None:
                 f"than this run's: {'; '.join(wrong)}. Run it inside the Ray Train worker that launched this process "
                 f"(the arguments read the variables Ray's TorchConfig sets), or remove it: the layout is read anyway."
             )
+
+
+def _describe_uneven_nodes(kwargs: dict[str, Any]) -> None:
+    """Add the launcher's own description of this process to `plugins` when its node holds another process count
+    than some other node (Lightning's devices x num_nodes cannot say it); a ClusterEnvironment the user passed wins."""
+    plugins = list(kwargs.get("plugins") or [])
+    if any(isinstance(entry, ClusterEnvironment) for entry in plugins):
+        return
+    environment = environment_for_layout(launch_layout(), kwargs.get("devices", 1), kwargs.get("num_nodes", 1))
+    if environment is not None:
+        kwargs["plugins"] = [*plugins, environment]
 
 
 def check_lightning_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
