@@ -46,7 +46,8 @@ ASYNC_SAVE_POINTS = ("snapshot", "write_begin", "wait_pending")
 
 _PLUGINS_FIX = (
     "lightning_trainer_overrides['plugins'] accepts only Lightning's AsyncCheckpointIO "
-    "(lightning.pytorch.plugins.io.AsyncCheckpointIO) for background checkpoint writes; precision comes from "
+    "(lightning.pytorch.plugins.io.AsyncCheckpointIO) for background checkpoint writes, and on Ray Train Ray's "
+    "RayLightningEnvironment (ray.train.lightning.RayLightningEnvironment); precision comes from "
     "TrainingArguments.bf16 / fp16 and the strategy from ddp_backend / fsdp / deepspeed"
 )
 

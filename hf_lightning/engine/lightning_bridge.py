@@ -7,6 +7,7 @@ bound) are only known once the train dataloader exists, so they are added here.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import sys
 import warnings
@@ -23,6 +24,7 @@ from hf_lightning.engine import lean_lightning, lean_logging
 from hf_lightning.engine.precision import lightning_precision_kwargs
 from hf_lightning.integrations.loggers import build_loggers
 from hf_lightning.strategies.build import build_strategy
+from hf_lightning.strategies.uneven_nodes import environment_for_layout
 
 # Lightning's start-up banners ("GPU available", tips, "fit stopped") are noise next to the
 # reference's own output; real warnings still come through.
@@ -94,6 +96,7 @@ def build_lightning_trainer(
     kwargs["callbacks"] = list(user_callbacks)
     kwargs = merge_lightning_overrides(kwargs, overrides or {})
     check_cluster_environments(kwargs.get("plugins"))
+    _describe_uneven_nodes(kwargs)
     trainer = pl.Trainer(**kwargs)
     lean_logging.use_lean_logger_connector(trainer)
     lean_lightning.use_lean_profiler(trainer)
@@ -115,7 +118,8 @@ SAFE_LIGHTNING_OVERRIDES: dict[str, str] = {
     "detect_anomaly": "torch.autograd anomaly detection",
     "default_root_dir": "where Lightning's own files go (translated from output_dir)",
     "plugins": "only Lightning's AsyncCheckpointIO: checkpoints are written, fsynced and committed in a background "
-    "thread (hf_lightning/checkpoint/async_writes.py)",
+    "thread (hf_lightning/checkpoint/async_writes.py); and Ray's RayLightningEnvironment where it describes the run's "
+    "processes",
 }
 
 # Keys the engine owns, with what to set instead.
@@ -171,11 +175,11 @@ def refuse_ray_lightning(values: Any, where: str) -> None:
     (`ray.train.lightning`: RayDDPStrategy, RayFSDPStrategy, RayDeepSpeedStrategy, its RayTrainReportCallback);
     its RayLightningEnvironment passes (a ClusterEnvironment, checked against the run's processes at build time)."""
     entries = values if isinstance(values, (list, tuple)) else [values]
-    classes = [v if isinstance(v, type) else type(v) for v in entries]
+    classes = [_class_of(v) for v in entries]
     names = [
         c.__name__
         for c in classes
-        if (c.__module__ or "").startswith("ray.train.lightning") and not _is_cluster_environment(c)
+        if c is not None and (c.__module__ or "").startswith("ray.train.lightning") and not _is_cluster_environment(c)
     ]
     if names:
         raise ValueError(
@@ -189,9 +193,33 @@ def _is_cluster_environment(cls: type) -> bool:
     return issubclass(cls, ClusterEnvironment)
 
 
+# A run config names a class by `class_path`; one of Ray's Lightning classes is resolved before instantiation.
+_RAY_LIGHTNING = "ray.train.lightning"
+
+
+def _class_of(entry: Any) -> type | None:
+    """The class of `entry`: itself when a class, the class a run config's `{class_path: ...}` names when that is one
+    of Ray's Lightning classes (None when it does not import: the config's parser reports it), else its type."""
+    if isinstance(entry, type):
+        return entry
+    if isinstance(entry, Mapping):
+        class_path = entry.get("class_path")
+        if not isinstance(class_path, str) or not class_path.startswith(_RAY_LIGHTNING + "."):
+            return type(entry)
+        module_name, _, name = class_path.rpartition(".")
+        try:
+            found = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError):
+            return None
+        return found if isinstance(found, type) else None
+    return type(entry)
+
+
 def _ray_environment(entry: Any) -> bool:
-    cls = entry if isinstance(entry, type) else type(entry)
-    return (cls.__module__ or "").startswith("ray.train.lightning") and _is_cluster_environment(cls)
+    """Whether `entry` is Ray's RayLightningEnvironment (or another Ray ClusterEnvironment): built, a class, or
+    named by a run config's `class_path`."""
+    cls = _class_of(entry)
+    return cls is not None and (cls.__module__ or "").startswith(_RAY_LIGHTNING) and _is_cluster_environment(cls)
 
 
 def check_cluster_environments(plugins: Any) -> None:
@@ -202,8 +230,8 @@ def check_cluster_environments(plugins: Any) -> None:
         (layout.world_size, layout.rank, layout.local_rank, layout.node_rank) if layout is not None else (1, 0, 0, 0)
     )
     for entry in plugins or []:
-        if not _ray_environment(entry) or isinstance(entry, type):
-            continue
+        if not _ray_environment(entry) or isinstance(entry, (type, Mapping)):
+            continue  # a class or a run config's entry is checked once built
         theirs = (entry.world_size(), entry.global_rank(), entry.local_rank(), entry.node_rank())
         names = ("world size", "global rank", "local rank", "node rank")
         wrong = [f"{name} {t} (the run's arguments: {o})" for name, t, o in zip(names, theirs, ours) if t != o]
@@ -213,6 +241,17 @@ def check_cluster_environments(plugins: Any) -> None:
                 f"than this run's: {'; '.join(wrong)}. Run it inside the Ray Train worker that launched this process "
                 f"(the arguments read the variables Ray's TorchConfig sets), or remove it: the layout is read anyway."
             )
+
+
+def _describe_uneven_nodes(kwargs: dict[str, Any]) -> None:
+    """Add the launcher's own description of this process to `plugins` when its node holds another process count
+    than some other node (Lightning's devices x num_nodes cannot say it); a ClusterEnvironment the user passed wins."""
+    plugins = list(kwargs.get("plugins") or [])
+    if any(isinstance(entry, ClusterEnvironment) for entry in plugins):
+        return
+    environment = environment_for_layout(launch_layout(), kwargs.get("devices", 1), kwargs.get("num_nodes", 1))
+    if environment is not None:
+        kwargs["plugins"] = [*plugins, environment]
 
 
 def check_lightning_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -270,7 +309,11 @@ def explain_lightning_overrides(overrides: Mapping[str, Any], plan: Any = None) 
         elif key == "logger":
             effect = "replaces the loggers translated from report_to"
         elif key == "plugins":
-            effect = "checkpoints written in a background thread"
+            entries = value if isinstance(value, (list, tuple)) else [value]
+            effects = ["the processes described by Ray's context" if _ray_environment(e) else "" for e in entries]
+            if len(entries) > sum(bool(e) for e in effects):
+                effects.append("checkpoints written in a background thread")
+            effect = ", ".join(e for e in effects if e)
         else:
             effect = (
                 f"replaces the translated {translated.get(key)!r}"

@@ -24,6 +24,7 @@ from hf_lightning.strategies.fsdp.policies import (
     mixed_precision_dtype,
 )
 from hf_lightning.strategies.process_group import process_group_kwargs
+from hf_lightning.strategies.uneven_nodes import launched_world_size
 
 
 @functools.cache
@@ -126,6 +127,13 @@ def _build_fsdp1(plan: Any, model: nn.Module, plugin: dict[str, Any]) -> HFFSDPS
         # accelerate forces it on with cpu_ram_efficient_loading: the weights of rank 0 are the run's.
         "sync_module_states": plugin["sync_module_states"] or plugin["cpu_ram_efficient_loading"],
     }
+    if "HYBRID" in sharding.name and launched_world_size(plan) != plan.lightning.num_nodes * plan.lightning.devices:
+        raise ValueError(
+            f"fsdp_config sharding {sharding.name}: the nodes hold different process counts (this node "
+            f"{plan.lightning.devices} of {launched_world_size(plan)}), and hybrid sharding shards within a node and "
+            "replicates across nodes of equal size; use FULL_SHARD or SHARD_GRAD_OP, or the same --nproc_per_node "
+            "on every node."
+        )
     if "HYBRID" in sharding.name and policy is None:
         # Lightning wants the (replicate, shard) layout spelled out; FSDP's own default is nodes x local devices.
         kwargs["device_mesh"] = (plan.lightning.num_nodes, plan.lightning.devices)
@@ -288,7 +296,7 @@ def _broadcast_rank0_weights(
 
 
 def _build_fsdp2(plan: Any, model: nn.Module, plugin: dict[str, Any]) -> HFFSDP2Strategy:
-    world_size = plan.lightning.devices * plan.lightning.num_nodes
+    world_size = launched_world_size(plan)  # devices x num_nodes is not it when nodes hold different counts
     return HFFSDP2Strategy(
         data_parallel_size=world_size,
         reshard_after_forward=plugin["reshard_after_forward"],
