@@ -2,7 +2,8 @@
 
 Mirrors transformers' classes of the same names. The handler also accepts transformers' callbacks (any
 object with `on_*` event methods), which then receive our `TrainingArguments`, `TrainerState` and
-`TrainerControl`: the attribute names are the reference's.
+`TrainerControl`: the attribute names are the reference's. The reference's integration callbacks (`report_to`'s
+carriers) get the arguments pickled without their tokens (args/token_free_pickle.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import sys
 from typing import Any
 
+from hf_lightning.args.token_free_pickle import token_free_pickle, write_back
 from hf_lightning.callbacks.state import TrainerControl, TrainerState
 
 logger = logging.getLogger(__name__)
@@ -35,6 +37,8 @@ EVENTS: tuple[str, ...] = (
     "on_prediction_step",
     "on_push_begin",
 )
+# The module of the reference's integration callbacks: their model-logging switches pickle the arguments to disk.
+INTEGRATIONS_MODULE = "transformers.integrations"
 
 
 class TrainerCallback:
@@ -299,8 +303,11 @@ class CallbackHandler(TrainerCallback):
                 # A duck-typed callback without this event, or the base class's empty method (returns None):
                 # skipping it changes nothing and saves a call with ten arguments per event.
                 continue
+            # Never a token in the training_args.bin an integration's model logging writes (its fake Trainer).
+            integration = type(callback).__module__.startswith(INTEGRATIONS_MODULE)
+            callback_args = token_free_pickle(args) if integration else args
             result = handler(
-                args,
+                callback_args,
                 state,
                 control,
                 model=self.model,
@@ -311,6 +318,7 @@ class CallbackHandler(TrainerCallback):
                 eval_dataloader=self.eval_dataloader,
                 **kwargs,
             )
+            write_back(callback_args, args)
             if result is not None:
                 control = result
         return control

@@ -23,23 +23,41 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# Checkpoints at steps 2 and 4, for the switches that act on saves.
+SAVE_TWICE = {"save_strategy": "steps", "save_steps": 2}
 # Every integration the reference runs on this machine (comet_ml: see test_comet_ml_is_not_installed_with_the_rest),
-# case name -> (report_to name, the integration's own environment switches).
-CASES = {
-    "tensorboard": ("tensorboard", {}),
-    "mlflow": ("mlflow", {}),
-    "wandb": ("wandb", {}),
-    "trackio": ("trackio", {}),
-    "swanlab": ("swanlab", {}),
-    "dvclive": ("dvclive", {}),
+# case name -> (report_to name, the integration's own environment switches, arguments of the case). Every run is
+# given a `hub_token` (tracker_parity_run.HUB_TOKEN).
+CASES: dict[str, tuple[str, dict[str, str], dict]] = {
+    "tensorboard": ("tensorboard", {}, {}),
+    "mlflow": ("mlflow", {}, {}),
+    # Each checkpoint logged as an MLflow model, its folder copied into the run's artefacts.
+    "mlflow-log-artifacts": ("mlflow", {"HF_MLFLOW_LOG_ARTIFACTS": "true", "MLFLOW_TAGS": '{"case": "artifacts"}'}, SAVE_TWICE),
+    "wandb": ("wandb", {}, {}),
+    # The model logged at the end as an artefact (saved through a transformers.Trainer built on the arguments).
+    "wandb-log-model": ("wandb", {"WANDB_LOG_MODEL": "end"}, {}),
+    "trackio": ("trackio", {}, {}),
+    # Trackio's append-only store and the `project` argument.
+    "trackio-switches": ("trackio", {"TRACKIO_STORAGE_MODE": "jsonl"}, {"project": "parity-project"}),
+    "swanlab": ("swanlab", {}, {}),
+    # The callback's project switch and its model switch (which the reference's callback only warns about).
+    "swanlab-switches": ("swanlab", {"SWANLAB_PROJECT": "parity-switches", "SWANLAB_LOG_MODEL": "end"}, {}),
+    "dvclive": ("dvclive", {}, {}),
     # The model logged at the end (the callback saves it through a transformers.Trainer built on our arguments).
-    "dvclive-log-model": ("dvclive", {"HF_DVCLIVE_LOG_MODEL": "true"}),
-    "codecarbon": ("codecarbon", {}),
-    "clearml": ("clearml", {}),
-    "azure_ml": ("azure_ml", {}),
-    "dagshub": ("dagshub", {}),
-    "flyte": ("flyte", {}),
+    "dvclive-log-model": ("dvclive", {"HF_DVCLIVE_LOG_MODEL": "true"}, {}),
+    "codecarbon": ("codecarbon", {}, {}),
+    # codecarbon's own configuration switch: the project name in the emissions file.
+    "codecarbon-switches": ("codecarbon", {"CODECARBON_PROJECT_NAME": "parity-carbon"}, {}),
+    "clearml": ("clearml", {}, {}),
+    # The task's project and name (CLEARML_LOG_MODEL's checkpoint upload fails offline in the reference itself).
+    "clearml-switches": ("clearml", {"CLEARML_PROJECT": "parity-project", "CLEARML_TASK": "parity-task"}, {}),
+    "azure_ml": ("azure_ml", {}, {}),
+    "dagshub": ("dagshub", {}, {}),
+    # The callback syncs checkpoints: save twice.
+    "flyte": ("flyte", {}, SAVE_TWICE),
 }
+# The cases where the reference writes the run's token to disk (its callback pickles the arguments).
+REFERENCE_WRITES_THE_TOKEN = ("wandb-log-model", "dvclive-log-model")
 # Keys whose values are wall-clock measurements: compared by their steps only.
 TIMED = ("runtime", "per_second", "flos_per_second")
 # The tracker's own system monitor (not fed by the trainer): its keys are left out.
@@ -52,11 +70,19 @@ MARKER = "hf_lightning_complete.json"
 
 
 def _run_side(case: str, side: str, root: Path) -> dict:
-    tracker, switches = CASES[case]
+    tracker, switches, settings = CASES[case]
     completed = subprocess.run(
-        [sys.executable, "-m", "tests.integrations.tracker_parity_run", tracker, side, str(root)],
+        [
+            sys.executable,
+            "-m",
+            "tests.integrations.tracker_parity_run",
+            tracker,
+            side,
+            str(root),
+            json.dumps({"env": switches, "settings": settings}),
+        ],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **switches},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=400,
@@ -113,7 +139,7 @@ def test_the_tracker_records_what_the_reference_records(records, case):
 
     _assert_same_series(_metrics(ours), _metrics(reference))
     assert not any(key.startswith("perf/") or "/perf/" in key for key in ours["metrics"])  # no telemetry leak
-    if case == "flyte":
+    if CASES[case][0] == "flyte":
         # The synced checkpoints are the reference's, each with the marker our checkpoints carry besides.
         synced = [[name, [f for f in files if f != MARKER]] for name, files in ours["config"]["checkpoints_synced"]]
         assert synced == reference["config"]["checkpoints_synced"]
@@ -145,11 +171,35 @@ def test_the_parity_records_are_not_empty(records):
     for case, sides in records.items():
         reference = sides["reference"]
         assert reference["files"] or case == "azure_ml", case
-        if case not in ("codecarbon", "flyte"):
+        if CASES[case][0] not in ("codecarbon", "flyte"):
             assert any("loss" in key for key in reference["metrics"]), case
-    # The model switch logged the model, on both sides.
+    # Each switch acted, on both sides.
     for side in ("reference", "ours"):
-        assert "out/last/model.safetensors" in records["dvclive-log-model"][side]["files"]
+        record = {case: sides[side] for case, sides in records.items()}
+        assert "out/last/model.safetensors" in record["dvclive-log-model"]["files"]
+        logged = [path for path in record["mlflow-log-artifacts"]["files"] if "/artifacts/artifacts/" in path]
+        assert any(path.endswith("/model.safetensors") for path in logged)  # the checkpoints, as MLflow models
+        assert {"case": "artifacts"}.items() <= record["mlflow-log-artifacts"]["config"][0]["tags"].items()
+        assert any("wandb/artifacts/staging/" in path for path in record["wandb-log-model"]["files"])
+        assert not any("wandb/artifacts/" in path for path in record["wandb"]["files"])
+        assert record["trackio-switches"]["config"]["project"] == "parity-project"
+        assert record["swanlab-switches"]["config"]["project"] == "parity-switches"
+        assert record["codecarbon-switches"]["config"]["identity"][0]["project_name"] == "parity-carbon"
+        assert record["clearml-switches"]["config"]["project"] == "parity-project"
+        assert record["clearml-switches"]["run_name"] == "parity-task"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_token_reaches_no_file(records, case):
+    """Every run is given a `hub_token`: no file of ours holds it. The reference writes it where its callback
+    pickles the arguments (the model switches of W&B and DVCLive), and in every checkpoint it saves."""
+    assert records[case]["ours"]["token_files"] == []
+    reference = records[case]["reference"]["token_files"]
+    if case in REFERENCE_WRITES_THE_TOKEN:
+        assert not all(path.startswith("out/checkpoint-") for path in reference), reference
+    if CASES[case][2].get("save_strategy") == "steps":
+        assert "out/checkpoint-2/training_args.bin" in reference
 
 
 def test_comet_ml_is_not_installed_with_the_rest():

@@ -1,9 +1,10 @@
 """One side of a tracker parity run, in its own process: `python -m tests.integrations.tracker_parity_run TRACKER
-SIDE ROOT` trains the shared tiny run with `report_to=[TRACKER]` (SIDE "reference": transformers.Trainer, "ours":
-hf_lightning's Trainer), the tracker in its offline / local mode, then reads back what the tracker stored with its
-own reader and writes `ROOT/record.json`: the metrics' (step, value) series, the config, the run name, the step
-metric, the files written (under the run's working directory, output_dir and home) and every attempt to reach a
-host other than this one (the guard refuses them).
+SIDE ROOT [CASE]` trains the shared tiny run with `report_to=[TRACKER]` (SIDE "reference": transformers.Trainer,
+"ours": hf_lightning's Trainer), the tracker in its offline / local mode, then reads back what the tracker stored with
+its own reader and writes `ROOT/record.json`: the metrics' (step, value) series, the config, the run name, the step
+metric, the files written (under the run's working directory, output_dir and home), the files holding the run's
+`hub_token` and every attempt to reach a host other than this one (the guard refuses them). CASE, a JSON object,
+adds the integration's own environment switches (`env`, set after the offline mode's) and arguments (`settings`).
 
 A process per side: several trackers keep process-wide state (a current run, a store folder read at import).
 """
@@ -23,6 +24,9 @@ from typing import Any
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", ""}
 ATTEMPTS: list[str] = []
 RUN_NAME = "parity-run"
+# Every run is given a Hub token (no push): no file may hold it (docs/divergences.md, "the token in a tracker's
+# model files").
+HUB_TOKEN = "hf_parityTrackerSecret0123456789"
 
 
 def _refuse_network() -> None:
@@ -118,18 +122,17 @@ SETTINGS = dict(
     run_name=RUN_NAME,
     seed=0,
     disable_tqdm=True,
+    hub_token=HUB_TOKEN,
 )
 
 
-def train(side: str, tracker: str, root: Path) -> Any:
+def train(side: str, tracker: str, root: Path, case_settings: dict[str, Any]) -> Any:
     """The shared run: 4 updates logged at each, evaluations at 2 and 4, then one `evaluate()` after `train()`."""
     import transformers
 
     from tests.models import make_regression_mlp, regression_data
 
-    settings = dict(SETTINGS)
-    if tracker == "flyte":  # its callback syncs checkpoints: save twice
-        settings.update(save_strategy="steps", save_steps=2)
+    settings = {**SETTINGS, **case_settings}
     output_dir = str(root / "out")
     if side == "reference":
         args = transformers.TrainingArguments(output_dir=output_dir, report_to=[tracker], **settings)
@@ -269,8 +272,10 @@ def read_wandb(root: Path) -> dict[str, Any]:
 
 
 def read_trackio(root: Path) -> dict[str, Any]:
+    from trackio.fragments import import_inbox_dir
     from trackio.sqlite_storage import SQLiteStorage
 
+    import_inbox_dir()  # TRACKIO_STORAGE_MODE=jsonl: the fragments into the store, as trackio's dashboard does
     (project,) = SQLiteStorage.get_projects()
     (run,) = SQLiteStorage.get_runs(project)
     logs = SQLiteStorage.get_logs(project, run)
@@ -454,6 +459,8 @@ READERS = {
 
 
 def _neutral(part: str) -> str:
+    if re.fullmatch(r"tmp\w{8}", part):  # tempfile's random names (wandb's artefact staging)
+        return "<var>"
     if not re.search(r"\d", part):
         return part
     extension = os.path.splitext(part)[1]
@@ -471,8 +478,21 @@ def files_written(root: Path) -> list[str]:
     return sorted(found)
 
 
-def main(tracker: str, side: str, root: Path) -> None:
-    for name, value in tracker_environment(tracker, root).items():
+def files_holding_the_token(root: Path) -> list[str]:
+    """Every file under the side's root whose bytes hold the run's `hub_token`."""
+    token = HUB_TOKEN.encode()
+    holding = []
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as handle:
+                if token in handle.read():
+                    holding.append(os.path.relpath(path, root))
+    return sorted(holding)
+
+
+def main(tracker: str, side: str, root: Path, case: dict[str, Any]) -> None:
+    for name, value in {**tracker_environment(tracker, root), **case.get("env", {})}.items():
         os.environ[name] = value
     for folder in ("cwd", "out", "home"):
         (root / folder).mkdir(parents=True, exist_ok=True)
@@ -485,16 +505,17 @@ def main(tracker: str, side: str, root: Path) -> None:
     replace_boundaries(tracker)
     record: dict[str, Any] = {}
     try:
-        trainer = train(side, tracker, root)
+        trainer = train(side, tracker, root, case.get("settings", {}))
         record.update(_normalise(READERS[tracker](root), root))
         record["log_history"] = trainer.state.log_history
     except Exception:
         record["error"] = traceback.format_exc()
     record["network_attempts"] = ATTEMPTS
     record["files"] = files_written(root)
+    record["token_files"] = files_holding_the_token(root)
     (root / "record.json").write_text(json.dumps(record, default=str))
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    main(sys.argv[1], sys.argv[2], Path(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], Path(sys.argv[3]), json.loads(sys.argv[4]) if len(sys.argv) > 4 else {})
