@@ -128,6 +128,24 @@ def test_skip_equals_a_run_without_the_bad_window(tmp_path, ga, kind):
     assert guard.summary["skipped_windows"] == [{"epoch": 0, "first": 4 * ga, "count": ga, "at_step": 4}]
 
 
+def test_skip_in_the_first_window_without_checkpoints_goes_back_to_the_start(tmp_path):
+    """`skip` decides at the log of step 2, after the bad update 1 was applied; with no checkpoint written it goes
+    back to the state kept at train start, and the run (logged losses and `train_loss` included) is the one without
+    the window. Its private folder is gone at the end and no `checkpoint-N` appears."""
+    ga, n = 2, 20 * BATCH
+    bad = _bad_window(0, ga)
+    reference = _reference(tmp_path, ga, n, bad)
+    guard = RunGuard("skip", **SETTINGS)
+    guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=_items(n, bad, "nan"), guard=guard,
+                     save_steps=0)  # fmt: skip
+    assert _max_difference(_weights(guarded), _weights(reference)) == 0.0
+    assert _logged(guarded) == _logged(reference)
+    assert guarded.state.log_history[-1]["train_loss"] == reference.state.log_history[-1]["train_loss"]
+    assert [(e["step"], e["action"], e["batches"]) for e in guard.events] == [(1, "skip", [0, ga - 1])]
+    assert guard.rollbacks == 0
+    assert list((tmp_path / "guarded").iterdir()) == []
+
+
 @pytest.mark.parametrize("ga", [1, 4])
 @pytest.mark.parametrize("kind", ["explode", "nan"])
 def test_rollback_equals_a_run_without_the_bad_window(tmp_path, ga, kind):
