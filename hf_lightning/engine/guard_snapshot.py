@@ -39,7 +39,7 @@ class GuardSnapshot:
     def take(self, trainer: Any, run: Any) -> None:
         """Stage the run as it stands now (a step boundary, or train start), replacing the previous snapshot."""
         self.clear()  # the previous copy goes before the new one is made: one copy held at a time
-        self.staged = stage(trainer, copy_tensors=copy_state)
+        self.staged = stage(trainer, copy_tensors=copy_state, whole=True)
         logging = run.logging
         self._run_values = (
             logging.loss.copy(), logging.total_loss_scalar, logging.globalstep_last_logged,
@@ -75,6 +75,21 @@ class GuardSnapshot:
         run.logging.total_loss_scalar, run.logging.globalstep_last_logged = total, last_logged
         run.start_time, run.initial_global_step = start_time, initial_step
         run.initial_num_input_tokens_seen = initial_tokens
+
+
+def refuse_unsnapshottable(trainer: Any) -> None:
+    """Before training: `skip` with what its snapshot cannot carry, named with the way out."""
+    if not trainer._checkpoint_io.supports_background_writes:
+        raise ValueError(
+            "RunGuard(action='skip') keeps a CPU copy of the model and optimizer state, which this strategy's "
+            "checkpoints (DeepSpeed, FSDP, tensor parallel: gathered across ranks) cannot be staged into. Use "
+            "RunGuard(action='rollback') with save_steps a small multiple of logging_steps."
+        )
+    if trainer.plan.checkpointing.ignore_data_skip:
+        raise ValueError(
+            "RunGuard(action='skip') goes back to the state it kept and continues the data from where it stood; "
+            "ignore_data_skip=True would start the epoch's data again. Set ignore_data_skip=False."
+        )
 
 
 def remove_snapshot_folder(trainer: Any, run_dir: str) -> None:

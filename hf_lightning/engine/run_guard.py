@@ -32,7 +32,7 @@ from lightning.fabric.utilities.spike import SpikeDetection
 
 from hf_lightning.core.enums import enum_value
 from hf_lightning.engine.guard_path import SkippedWindow, checkpoint_before
-from hf_lightning.engine.guard_snapshot import GuardSnapshot, remove_snapshot_folder
+from hf_lightning.engine.guard_snapshot import GuardSnapshot, refuse_unsnapshottable, remove_snapshot_folder
 
 logger = logging.getLogger(__name__)
 
@@ -95,8 +95,10 @@ class RunGuard(pl.Callback):
         self._snapshot = GuardSnapshot()  # `skip`: the run at the last decision (engine/guard_snapshot.py)
 
     # ---- a train() ---------------------------------------------------------------------------------------------
-    def begin_train(self) -> None:
-        """A fresh `train()`: no events, an empty running window."""
+    def begin_train(self, facade: Any) -> None:
+        """A fresh `train()`: no events, an empty running window (`skip` with what it cannot snapshot refused)."""
+        if self.action == "skip":
+            refuse_unsnapshottable(facade)
         self.events, self.summary, self.rollbacks = [], None, 0
         self._snapshot.clear()
         self._rewind(-1)

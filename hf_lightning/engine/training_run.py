@@ -135,7 +135,7 @@ class TrainingRun:
                 self.resume.prepare(resume_from_checkpoint)
                 self._keep_global_batch_if_asked()
                 if self.guard is not None:
-                    self.guard.begin_train()
+                    self.guard.begin_train(trainer)
                 output = self._with_executable_batch_size()
                 while self.rollback_to is not None:  # a guard's rollback: the same run from an earlier checkpoint
                     output = self._rolled_back()

@@ -67,12 +67,12 @@ def _bad_window(window: int, ga: int) -> list[int]:
 
 
 def _train(tmp_path, name, *, ga, order, items, data="map", guard=None, max_steps=8, save_steps=2, resume=None,
-           workers=0):  # fmt: skip
+           workers=0, **extra):  # fmt: skip
     args = TrainingArguments(
         output_dir=str(tmp_path / name), report_to="none", disable_tqdm=True, use_cpu=True, seed=0,
         per_device_train_batch_size=BATCH, gradient_accumulation_steps=ga, max_steps=max_steps, learning_rate=0.05,
         logging_steps=2, save_steps=save_steps, save_strategy="steps" if save_steps else "no",
-        lr_scheduler_type="linear", dataloader_num_workers=workers,
+        lr_scheduler_type="linear", dataloader_num_workers=workers, **extra,
     )  # fmt: skip
     if data == "map":
         dataset = ListDataset(items)
@@ -128,16 +128,17 @@ def test_skip_equals_a_run_without_the_bad_window(tmp_path, ga, kind):
     assert guard.summary["skipped_windows"] == [{"epoch": 0, "first": 4 * ga, "count": ga, "at_step": 4}]
 
 
-def test_skip_in_the_first_window_without_checkpoints_goes_back_to_the_start(tmp_path):
+@pytest.mark.parametrize("save_only_model", [False, True])
+def test_skip_in_the_first_window_without_checkpoints_goes_back_to_the_start(tmp_path, save_only_model):
     """`skip` decides at the log of step 2, after the bad update 1 was applied; with no checkpoint written it goes
-    back to the state kept at train start, and the run (logged losses and `train_loss` included) is the one without
-    the window. Its private folder is gone at the end and no `checkpoint-N` appears."""
+    back to the state kept at train start (optimizer and RNG included under `save_only_model`), and the run (logged
+    losses and `train_loss` included) is the one without the window. Its private folder is gone at the end."""
     ga, n = 2, 20 * BATCH
     bad = _bad_window(0, ga)
     reference = _reference(tmp_path, ga, n, bad)
     guard = RunGuard("skip", **SETTINGS)
     guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=_items(n, bad, "nan"), guard=guard,
-                     save_steps=0)  # fmt: skip
+                     save_steps=0, save_only_model=save_only_model)  # fmt: skip
     assert _max_difference(_weights(guarded), _weights(reference)) == 0.0
     assert _logged(guarded) == _logged(reference)
     assert guarded.state.log_history[-1]["train_loss"] == reference.state.log_history[-1]["train_loss"]
@@ -220,6 +221,14 @@ def test_no_event_changes_nothing(tmp_path):
         assert _max_difference(_weights(guarded), _weights(plain)) == 0.0
         assert guarded.state.log_history[:-1] == plain.state.log_history[:-1]
         assert guard.events == []
+
+
+def test_skip_with_ignore_data_skip_is_refused_before_training(tmp_path):
+    guard = RunGuard("skip", **SETTINGS)
+    with pytest.raises(ValueError, match="ignore_data_skip=True.*Set ignore_data_skip=False"):
+        _train(tmp_path, "guarded", ga=1, order=list(range(8)), items=_items(8, [], "nan"), guard=guard,
+               ignore_data_skip=True)  # fmt: skip
+    assert guard.events == [] and not (tmp_path / "guarded" / "checkpoint-2").exists()
 
 
 def test_bad_settings_are_named():
