@@ -4,7 +4,8 @@
     python benchmarks/run_guard_cost.py --pairs 3 --workloads tiny --scale smoke
 
 One process, one thread, pinned by the caller if wanted (`taskset -c 1 ...`). Per workload and action (`rollback`,
-which decides at training logs like `stop`, and `skip`, which decides at every update), the run with
+which decides at training logs like `stop`, and `skip`, which decides there too and keeps a CPU copy of the run's
+state at each of them), the run with
 `RunGuard(action, grad_norm=True)` over the same run without it, by steady-state CPU ms per step, per pair of
 back-to-back runs in this process (the order alternates): median (min-max). The target is a ratio within 1%.
 """
@@ -44,7 +45,7 @@ def _run(workload: Any, action: str | None) -> float:
 
     callbacks: list[Any] = [StepEnd()]
     if action is not None:
-        callbacks.append(RunGuard(action, grad_norm=True, rtol=1e9))  # judged at every update, no event
+        callbacks.append(RunGuard(action, grad_norm=True, rtol=1e9))  # every update judged at the logs, no event
     with tempfile.TemporaryDirectory() as output_dir:
         trainer = Trainer(
             model=workload.seeded_model(),

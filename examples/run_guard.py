@@ -2,7 +2,8 @@
 
 A small regression task with one corrupt batch (NaN labels) at update 13. With `--action rollback` (the default
 here) the guard sees the NaN at the next training log, reloads the newest checkpoint written before it, leaves the
-batch out and finishes the run; `--action skip` leaves the update out at once; `--action stop` saves and ends with
+batch out and finishes the run; `--action skip` decides at the same log and goes back to the state it kept in
+memory at the log before (no checkpoint needed), without the update; `--action stop` saves and ends with
 `RunGuardStop`. Run: `python examples/run_guard.py --output_dir out`.
 """
 

@@ -62,12 +62,12 @@ class StagedCheckpoint:
     rng_states: dict | None = None
 
 
-def stage(trainer: Any, copy_tensors: Any = None, files: bool = True) -> StagedCheckpoint:
+def stage(trainer: Any, copy_tensors: Any = None, files: bool = True, whole: bool = False) -> StagedCheckpoint:
     """Gather one checkpoint from `trainer` on the training thread. `copy_tensors` (async_writes.copy_state): copy
     every state off the device, for a background write; `files=False`: the records alone (the trainer's overridden
-    save hooks write the files)."""
+    save hooks write the files); `whole`: every state even with `save_only_model` (a run guard's snapshot)."""
     args, checkpointing = trainer.args, trainer.plan.checkpointing
-    should_save, save_only_model = args.should_save, checkpointing.save_only_model
+    should_save, save_only_model = args.should_save, checkpointing.save_only_model and not whole
     keep = copy_tensors if copy_tensors is not None else (lambda value: value)
     values = getattr(trainer._training_run, "values", None)
     fields: dict[str, Any] = {}

@@ -14,8 +14,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from hf_lightning.checkpoint.files import is_complete_checkpoint, list_checkpoints
 from hf_lightning.data.sized import has_length
 
@@ -85,22 +83,6 @@ def windows_end_epochs(run: Any) -> bool:
     """Whether a window taken out counts toward the epoch's windows: with sized data the epoch is the sampler's
     order (a run lacking the window has one window fewer); an unsized one's pass is `max_steps` updates."""
     return has_length(run.facade.callback_handler.train_dataloader)
-
-
-class RandomStateSnapshot:
-    """The torch generators (CPU, and the current CUDA device's) before a window's forward passes, put back when the
-    window is taken out, so the random draws after it (dropout) are those of a run that never saw it."""
-
-    __slots__ = ("cpu", "cuda")
-
-    def __init__(self, device: torch.device) -> None:
-        self.cpu = torch.random.get_rng_state()
-        self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-
-    def restore(self, device: torch.device) -> None:
-        torch.random.set_rng_state(self.cpu)
-        if self.cuda is not None:
-            torch.cuda.set_rng_state(self.cuda, device)
 
 
 def checkpoint_before(run_dir: str, step: int) -> tuple[int, str] | None:

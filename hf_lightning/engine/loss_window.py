@@ -52,6 +52,14 @@ class TrainLossWindow:
         """Start a new logging window (the reference's `tr_loss -= tr_loss`); call after `settle`."""
         self.total -= self.total
 
+    def copy(self) -> TrainLossWindow:
+        """An independent window with the same sum and kept terms (a run guard's snapshot of a step)."""
+        window = TrainLossWindow(self.total.device)
+        window.total = self.total.clone()
+        window._start = None if self._start is None else self._start.clone()
+        window._terms = list(self._terms)
+        return window
+
     def _replay(self) -> torch.Tensor:
         # In place, as the reference: `total` keeps its dtype (float32) whatever the loss's dtype.
         total = self._start

@@ -154,8 +154,8 @@ class HFLightningModule(pl.LightningModule):
         self._plain_transfer: bool | None = None  # decided once the Lightning trainer is attached
         self._update_dispatch = UpdateDispatch()
         self._fit: _FitView | None = None  # looked up at the first step of each fit
-        # With a run guard: this window's (epoch, first micro-batch, count), losses and random state.
-        self._guard_window: tuple[tuple[int, int, int], list, Any] | None = None
+        # With a run guard: this window's (epoch, first micro-batch, count) and losses.
+        self._guard_window: tuple[tuple[int, int, int], list] | None = None
         # Whether this micro-batch closes the window (accelerate's `sync_gradients`; DeepSpeed reads it).
         self.sync_gradients = True
         # Whether the epoch's last batch has been drawn (accelerate's `gradient_state.end_of_dataloader`: true for
@@ -242,6 +242,9 @@ class HFLightningModule(pl.LightningModule):
         self._micro_batch_index = -1
         self.end_of_dataloader = False
         self.facade._on_epoch_begin(self.current_epoch)
+        guard = self._run.guard
+        if guard is not None:  # `skip`: a fresh run's state before its first window (engine/guard_snapshot.py)
+            guard.at_epoch_start(self.facade, self._run)
         # The resumed epoch continues after the micro-batches already trained on (hf_lightning/checkpoint/resume.py).
         self._micro_batch_index = self._run.resume.enter_epoch(self.current_epoch)
 
@@ -298,8 +301,7 @@ class HFLightningModule(pl.LightningModule):
         probed_count = self._item_count_probe.arm(facade, num_items_in_batch, len(batch_samples))
         guard = fit.guard
         if guard is not None:
-            window = (self.current_epoch, self._micro_batch_index + 1, len(batch_samples))
-            self._guard_window = (window, [], guard.snapshot(self.device))
+            self._guard_window = ((self.current_epoch, self._micro_batch_index + 1, len(batch_samples)), [])
         last_index = len(batch_samples) - 1
         for index, inputs in enumerate(batch_samples):
             self._micro_batch_index += 1
@@ -323,12 +325,9 @@ class HFLightningModule(pl.LightningModule):
                     )
             if index == 0:
                 self._item_count_probe.check(facade.model)
-            if guard is None:
-                facade._accumulate_loss(loss_step)
-            else:  # the guard's `skip` adds the window's losses only to an update it lets through
+            facade._accumulate_loss(loss_step)
+            if guard is not None:
                 self._guard_window[1].append(loss_step)
-                if not guard.decides_each_update:
-                    facade._accumulate_loss(loss_step)
             facade.current_flos += float(facade.floating_point_ops(inputs))
             facade._track_num_input_tokens(inputs)
             if fit.counter is not None:
@@ -368,13 +367,6 @@ class HFLightningModule(pl.LightningModule):
         fit = self._fit_view()
         optimizer = fit.optimizer
         grad_norm = facade._clip_grad_norm(facade.model_wrapped)
-        guard = fit.guard
-        if guard is not None and guard.decides_each_update:
-            window, losses, snapshot = self._guard_window
-            if guard.rejects_update(self, losses, grad_norm, window, snapshot):
-                return  # left out: no step, no scheduler step, no step counter (engine/run_guard.py)
-            for loss_step in losses:
-                facade._accumulate_loss(loss_step)
         facade._fire("on_pre_optimizer_step")
         scale_before = self._grad_scale()
         clock = fit.optimizer_clock
@@ -393,8 +385,9 @@ class HFLightningModule(pl.LightningModule):
             facade.lr_scheduler.step()
         facade.model_wrapped.zero_grad()
         facade.state.global_step += 1
-        if guard is not None and not guard.decides_each_update:
-            window, losses, _ = self._guard_window
+        guard = fit.guard
+        if guard is not None:  # judged at the next decision (engine/run_guard.py): no host read here
+            window, losses = self._guard_window
             guard.record(facade.state.global_step, losses, grad_norm, window)
         epoch = self.current_epoch  # Lightning's epoch counter moves only between epochs
         facade.state.epoch = schedule.epoch_float(epoch, micro_batch_index, run.values.steps_in_epoch)

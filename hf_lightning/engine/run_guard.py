@@ -4,14 +4,17 @@ or stops (README, "When a batch goes bad").
 It watches each update's training loss (the sum of its window's micro-batch losses, averaged over processes) and,
 optionally, its gradient norm, with Lightning's `SpikeDetection` (its running window, warmup, mode, atol and rtol;
 one detector per watched value); a non-finite loss or gradient norm is always an event. The engine feeds it from
-inside the training step (engine/module.py), so Lightning's loop calls nothing of it per batch:
-- `skip` decides before each optimizer step (one host read per update, one small all-reduce under several
-  processes): the update of an offending window is not applied (weights, optimizer state, scheduler, step counter
-  and random state as if its micro-batches were absent; their loss leaves the logged loss).
-- `rollback` and `stop` decide at training logs (one all-reduce and one host read there, nothing on other steps), so
-  a decision lags by at most one logging window. `rollback` reloads the newest complete checkpoint written before
-  the event, in the same process, takes the offending window out of the path and continues; `stop` saves a
-  checkpoint and ends `train()` with `RunGuardStop` naming the step, the value, the window mean and the batches.
+inside the training step (engine/module.py), so Lightning's loop calls nothing of it per batch: each update's values
+stay on the device until the next decision, at a training log (one all-reduce and one host read there, nothing on
+other steps), so a decision lags by at most one logging window.
+- `skip`: the update of an offending window is not applied (weights, optimizer state, scheduler, step counter and
+  random state as if its micro-batches were absent; their loss leaves the logged loss). At each decision that finds
+  nothing (and at train start) the run is kept in CPU memory, one copy of the model and optimizer state
+  (engine/guard_snapshot.py); on an event the run goes back to it and makes the updates since again without the
+  window.
+- `rollback` reloads the newest complete checkpoint written before the event, in the same process, takes the
+  offending window out of the path and continues; `stop` saves a checkpoint and ends `train()` with `RunGuardStop`
+  naming the step, the value, the window mean and the batches.
 Every event is logged under `guard/` to the loggers, kept in `RunGuard.events` and listed at the end of `train()`;
 after `max_events` events within `within_steps` updates the guard stops instead of looping.
 """
@@ -28,12 +31,8 @@ import torch
 from lightning.fabric.utilities.spike import SpikeDetection
 
 from hf_lightning.core.enums import enum_value
-from hf_lightning.engine.guard_path import (
-    RandomStateSnapshot,
-    SkippedWindow,
-    checkpoint_before,
-    windows_end_epochs,
-)
+from hf_lightning.engine.guard_path import SkippedWindow, checkpoint_before
+from hf_lightning.engine.guard_snapshot import GuardSnapshot, refuse_unsnapshottable, remove_snapshot_folder
 
 logger = logging.getLogger(__name__)
 
@@ -51,17 +50,18 @@ class RunGuard(pl.Callback):
     """Catch loss spikes, NaN/Inf losses and bad batches; `skip`, `rollback` or `stop` (opt-in; README).
 
     Args:
-        action: "stop" (save, then end `train()` with `RunGuardStop`), "skip" (the offending update is not applied)
-            or "rollback" (reload the newest complete checkpoint before the event, leave the offending window out,
-            continue).
+        action: "stop" (save, then end `train()` with `RunGuardStop`), "skip" (the offending update is not applied;
+            keeps one CPU copy of the model and optimizer state, taken at each decision: pick "rollback" for a
+            model whose copy does not fit in host memory) or "rollback" (reload the newest complete checkpoint before
+            the event, leave the offending window out, continue).
         loss: watch the training loss for spikes.
         grad_norm: also watch the gradient norm for spikes (non-finite values of both are always events).
         mode, window, warmup, atol, rtol: Lightning's `SpikeDetection` settings: a value that is not better (per
             `mode`) than the previous one and off the running mean of the last `window` values by at least `atol`
             and `rtol` x mean is a spike, once `warmup` values have been seen.
         max_events: events within `within_steps` updates after which the guard stops instead of acting again.
-        check_every_n_steps: decide (rollback / stop) also every this many updates; by default at each training
-            log, or every 50 updates when training is not logged by steps.
+        check_every_n_steps: decide also every this many updates; by default at each training log, or every 50
+            updates when training is not logged by steps.
     """
 
     def __init__(
@@ -92,15 +92,15 @@ class RunGuard(pl.Callback):
         self._history: list[tuple[int, list[float]]] = []  # (step, values) of the updates accepted
         self._detectors: dict[str, SpikeDetection] = {}
         self.rollbacks = 0
-
-    @property
-    def decides_each_update(self) -> bool:
-        return self.action == "skip"
+        self._snapshot = GuardSnapshot()  # `skip`: the run at the last decision (engine/guard_snapshot.py)
 
     # ---- a train() ---------------------------------------------------------------------------------------------
-    def begin_train(self) -> None:
-        """A fresh `train()`: no events, an empty running window."""
+    def begin_train(self, facade: Any) -> None:
+        """A fresh `train()`: no events, an empty running window (`skip` with what it cannot snapshot refused)."""
+        if self.action == "skip":
+            refuse_unsnapshottable(facade)
         self.events, self.summary, self.rollbacks = [], None, 0
+        self._snapshot.clear()
         self._rewind(-1)
 
     def _rewind(self, step: int) -> None:
@@ -118,38 +118,22 @@ class RunGuard(pl.Callback):
             "skipped_windows": run.skipped_windows.as_json(),
             "rollbacks": self.rollbacks,
         }
+        self._snapshot.clear()
+        remove_snapshot_folder(run.facade, run.facade._get_output_dir(trial=run.trial))
         if self.events:
             lines = [f"RunGuard: {len(self.events)} event(s) in this run"] + [_event_line(e) for e in self.events]
             logger.warning("\n  ".join(lines))
 
     # ---- fed by the training step (engine/module.py) ---------------------------------------------------------------
-    def snapshot(self, device: torch.device) -> RandomStateSnapshot | None:
-        """Before a window's forward passes (`skip` only): the random state to put back if it is taken out."""
-        return RandomStateSnapshot(device) if self.action == "skip" else None
-
-    def rejects_update(self, module: Any, losses: list, grad_norm: Any, window: tuple[int, int, int], snapshot: Any) -> bool:
-        """`skip`: whether this window's update is left out (decided now, on every process alike)."""
-        values = _reduced(_update_values(losses, grad_norm).unsqueeze(0)).tolist()[0]
-        facade = module.facade
-        step = facade.state.global_step
-        verdict = self._judge(values)
-        if verdict is None:
-            self._accept(step, values)
-            return False
-        facade.model_wrapped.zero_grad()
-        snapshot.restore(module.device)
-        epoch, first, count = window
-        run = module._run
-        run.skipped_windows.add(SkippedWindow(epoch, first, count, at_step=step))
-        if not windows_end_epochs(run):
-            run.updates_done_in_epoch -= 1  # an unsized pass is `max_steps` updates: this window made none
-        event = self._event(facade, step + 1, verdict, window, "skip")
-        if self._too_many(step + 1):
-            self._stop(facade, run, event, save_now=True, reason=self._too_many_reason())
-        return True
+    def at_epoch_start(self, facade: Any, run: Any) -> None:
+        """`skip`: the state at the start of a fresh run (epoch 0, no update yet), the snapshot the first decision
+        window goes back to (a resumed run goes back to the checkpoint it resumed from)."""
+        if self.action == "skip" and self._snapshot.staged is None and facade.state.global_step == 0:
+            if run.resume.point is None:
+                self._snapshot.take(facade, run)
 
     def record(self, step: int, losses: list, grad_norm: Any, window: tuple[int, int, int]) -> None:
-        """`rollback` / `stop`: keep this update's values (device tensors) for the next decision."""
+        """Keep this update's values (device tensors, no host read) for the next decision."""
         self._pending.append((step, losses, grad_norm, window))
 
     def due(self, should_log: bool, state: Any, args: Any) -> bool:
@@ -165,7 +149,7 @@ class RunGuard(pl.Callback):
         return len(self._pending) >= every
 
     def decide(self, facade: Any, run: Any, at_end: bool = False) -> None:
-        """`rollback` / `stop`: judge the updates since the last decision (one all-reduce, one host read)."""
+        """Judge the updates since the last decision (one all-reduce, one host read)."""
         pending, self._pending = self._pending, []
         if not pending:
             return
@@ -176,17 +160,32 @@ class RunGuard(pl.Callback):
                 self._accept(step, values)
                 continue
             reason = "action='stop'"
-            if self.action == "rollback":
-                found = checkpoint_before(facade._get_output_dir(trial=run.trial), step)
+            if self.action != "stop":
                 if self._too_many(step):
                     reason = self._too_many_reason()
-                elif found is None:
+                elif (found := self._restart_point(facade, run, step)) is None:
                     reason = "no complete checkpoint to roll back to precedes the event"
                 else:
-                    self._rollback(facade, run, self._event(facade, step, verdict, window, "rollback"), found)
+                    self._rollback(facade, run, self._event(facade, step, verdict, window, self.action), found)
                     return
             self._stop(facade, run, self._event(facade, step, verdict, window, "stop"), save_now=at_end, reason=reason)
             return
+
+    def after_decision(self, facade: Any, run: Any) -> None:
+        """`skip`: at the end of a step boundary whose decision accepted every update (logged, evaluated, saved),
+        the snapshot a later event goes back to."""
+        if self.action == "skip" and not run.guard_halted:
+            self._snapshot.take(facade, run)
+
+    def _restart_point(self, facade: Any, run: Any, step: int) -> tuple[int, str] | None:
+        """(step, folder) the run goes back to for an event at update `step`: `skip`'s snapshot written out, else
+        (`rollback`, or `skip` in the first window after a resume) the newest complete checkpoint before it."""
+        run_dir = facade._get_output_dir(trial=run.trial)
+        snapshot = self._snapshot
+        if self.action == "skip" and snapshot.step is not None and snapshot.step < step:
+            run.rollback_continuation = snapshot.continue_run
+            return snapshot.step, snapshot.write(facade, run_dir)
+        return checkpoint_before(run_dir, step)
 
     # ---- judging (Lightning's SpikeDetection) ---------------------------------------------------------------------
     def _judge(self, values: list[float]) -> tuple[str, float, float] | None:
@@ -243,12 +242,13 @@ class RunGuard(pl.Callback):
         run.skipped_windows.add(SkippedWindow(epoch, first, last - first + 1, at_step=event["step"] - 1))
         run.rollback_to = checkpoint
         run.guard_halted = True
-        self.rollbacks += 1
+        self.rollbacks += self.action == "rollback"
         self._rewind(saved_step)
         control = facade.control
         control.should_evaluate = control.should_save = False
         control.should_training_stop = True
-        logger.warning(f"RunGuard: rolling back to {checkpoint} (step {saved_step}) and leaving those batches out.")
+        where = f"the state kept at step {saved_step}" if self.action == "skip" else f"{checkpoint} (step {saved_step})"
+        logger.warning(f"RunGuard: rolling back to {where} and leaving those batches out.")
 
     def _stop(self, facade: Any, run: Any, event: dict, save_now: bool, reason: str) -> None:
         control = facade.control

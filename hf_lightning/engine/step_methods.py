@@ -260,7 +260,8 @@ class TrainingStepMixin:
         if logs_now:
             run.logging.log_training_window(grad_norm, learning_rate)
         guard = run.guard
-        if guard is not None and guard.due(logs_now, self.state, self.args):  # rollback / stop decide here
+        decided = guard is not None and guard.due(logs_now, self.state, self.args)
+        if decided:  # the run guard decides here (engine/run_guard.py)
             guard.decide(self, run)
             if run.rollback_to is not None:
                 return
@@ -272,6 +273,8 @@ class TrainingStepMixin:
         run.checkpointing.announce_committed_save()  # a background write committed since: its on_save
         if self.control.should_save or run.signals.checkpoint_pending():
             run.checkpointing.save_at_step_boundary(run.trial)  # a SIGTERM checkpoint (enable_jit_checkpoint) whatever the save rule said
+        if decided:  # `skip` keeps the state of a boundary whose updates were all accepted
+            guard.after_decision(self, run)
 
     def _gather_mean(self, tensor: torch.Tensor) -> torch.Tensor:
         if (

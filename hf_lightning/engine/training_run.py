@@ -78,6 +78,7 @@ class TrainingRun:
         self.guard: RunGuard | None = _run_guard_of(facade)
         self.skipped_windows = SkippedWindows()
         self.rollback_to: str | None = None  # the checkpoint a guard's rollback reloads once the fit has ended
+        self.rollback_continuation: Any = None  # `skip`: puts the snapshot's loss window back once the refit starts
         self.guard_halted = False  # a guard decided to roll back or stop: this path logs, evaluates and saves no more
         self.guard_stop: str | None = None  # the guard's stop message, raised once the run is finalised
 
@@ -134,7 +135,7 @@ class TrainingRun:
                 self.resume.prepare(resume_from_checkpoint)
                 self._keep_global_batch_if_asked()
                 if self.guard is not None:
-                    self.guard.begin_train()
+                    self.guard.begin_train(trainer)
                 output = self._with_executable_batch_size()
                 while self.rollback_to is not None:  # a guard's rollback: the same run from an earlier checkpoint
                     output = self._rolled_back()
@@ -256,6 +257,9 @@ class TrainingRun:
         self.initial_num_input_tokens_seen = trainer.state.num_input_tokens_seen
         self.initial_global_step = trainer.state.global_step
         self.logging.begin(trainer.state.global_step)
+        continuation, self.rollback_continuation = self.rollback_continuation, None
+        if continuation is not None:  # a run guard's `skip` goes on as one run (engine/guard_snapshot.py)
+            continuation(self)
         self.last_grad_norm = None
         self.last_learning_rate = None
         trainer.model.zero_grad()

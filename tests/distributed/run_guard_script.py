@@ -1,5 +1,5 @@
 """Run under `torch.distributed.run --nproc_per_node=2`: the run guard on 2 processes (gloo). `ours` trains with a
-bad window on rank 0 only (NaN labels) under `skip` and under `rollback`; `reference` trains on the order that lacks
+bad window on rank 0 only (NaN labels, or labels that make the loss explode) under `skip` and under `rollback`; `reference` trains on the order that lacks
 that window's batches on both ranks. Each rank pickles the final weights and events to
 `<out_dir>/<side>_rank<R>.pkl` (tests/engine/test_run_guard_distributed.py)."""
 
@@ -38,10 +38,10 @@ class OrderSampler(Sampler):
         return len(self.order)
 
 
-def train(side: str, out_dir: str, action: str | None) -> dict:
+def train(side: str, out_dir: str, action: str | None, kind: str = "nan") -> dict:
     items = [dict(item) for item in regression_data(N).items]
     for index in BAD:
-        items[index]["labels"] = torch.tensor(math.nan)
+        items[index]["labels"] = torch.tensor(math.nan if kind == "nan" else 1e4)
     order = [i for i in range(N) if i not in LEFT_OUT] if action is None else list(range(N))
 
     class Ordered(Trainer):
@@ -49,7 +49,7 @@ def train(side: str, out_dir: str, action: str | None) -> dict:
             return OrderSampler(order)
 
     args = TrainingArguments(
-        output_dir=os.path.join(out_dir, f"{side}-{action}"), report_to="none", disable_tqdm=True, seed=0,
+        output_dir=os.path.join(out_dir, f"{side}-{action}-{kind}"), report_to="none", disable_tqdm=True, seed=0,
         per_device_train_batch_size=BATCH, gradient_accumulation_steps=GA, max_steps=8, learning_rate=0.05,
         logging_steps=2, save_steps=2, lr_scheduler_type="linear",
     )  # fmt: skip
@@ -66,8 +66,8 @@ def train(side: str, out_dir: str, action: str | None) -> dict:
 
 def main() -> None:
     side, out_dir = sys.argv[1], sys.argv[2]
-    actions = [None] if side == "reference" else ["skip", "rollback"]
-    write_rank_report(out_dir, side, {str(action): train(side, out_dir, action) for action in actions})
+    runs = [(None, "nan")] if side == "reference" else [(a, k) for a in ("skip", "rollback") for k in ("nan", "explode")]
+    write_rank_report(out_dir, side, {f"{action}-{kind}": train(side, out_dir, action, kind) for action, kind in runs})
 
 
 if __name__ == "__main__":

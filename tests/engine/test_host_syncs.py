@@ -55,7 +55,7 @@ def _count(tmp_path, model, data, guard=None, **arguments) -> SyncCounter:
 
 @pytest.mark.parametrize(
     "scenario",
-    ["regression", "causal_lm_accumulation", "run_guard_rollback", "run_guard_stop"],
+    ["regression", "causal_lm_accumulation", "run_guard_rollback", "run_guard_stop", "run_guard_skip"],
 )
 def test_no_host_sync_on_non_logging_steps(tmp_path, scenario):
     if scenario == "regression":
@@ -63,7 +63,8 @@ def test_no_host_sync_on_non_logging_steps(tmp_path, scenario):
             tmp_path, RegressionMLP(), regression_data(64), per_device_train_batch_size=4, max_steps=12
         )
     elif scenario.startswith("run_guard"):
-        # The run guard's rollback / stop decide at training logs only (engine/run_guard.py), grad norm watched too.
+        # The run guard decides at training logs only (engine/run_guard.py), grad norm watched too; `skip` also
+        # stages its snapshot there.
         guard = RunGuard(scenario.rsplit("_", 1)[1], grad_norm=True)
         counter = _count(
             tmp_path, make_tiny_gpt2(), padded_lm_data(48), guard=guard, per_device_train_batch_size=2,

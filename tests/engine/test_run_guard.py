@@ -67,12 +67,12 @@ def _bad_window(window: int, ga: int) -> list[int]:
 
 
 def _train(tmp_path, name, *, ga, order, items, data="map", guard=None, max_steps=8, save_steps=2, resume=None,
-           workers=0):  # fmt: skip
+           workers=0, logging_steps=2, **extra):  # fmt: skip
     args = TrainingArguments(
         output_dir=str(tmp_path / name), report_to="none", disable_tqdm=True, use_cpu=True, seed=0,
         per_device_train_batch_size=BATCH, gradient_accumulation_steps=ga, max_steps=max_steps, learning_rate=0.05,
-        logging_steps=2, save_steps=save_steps, save_strategy="steps" if save_steps else "no",
-        lr_scheduler_type="linear", dataloader_num_workers=workers,
+        logging_steps=logging_steps, save_steps=save_steps, save_strategy="steps" if save_steps else "no",
+        lr_scheduler_type="linear", dataloader_num_workers=workers, **extra,
     )  # fmt: skip
     if data == "map":
         dataset = ListDataset(items)
@@ -104,11 +104,11 @@ def _logged(trainer) -> list[tuple]:
     ]
 
 
-def _reference(tmp_path, ga, n, bad, data="map", max_steps=8):
+def _reference(tmp_path, ga, n, bad, data="map", max_steps=8, logging_steps=2):
     items = _items(n, bad, "explode")
     order = [i for i in range(n) if i not in bad]
     return _train(tmp_path, "reference", ga=ga, order=order, items=items, data=data, save_steps=0,
-                  max_steps=max_steps)  # fmt: skip
+                  max_steps=max_steps, logging_steps=logging_steps)  # fmt: skip
 
 
 @pytest.mark.parametrize("ga", [1, 4])
@@ -128,6 +128,40 @@ def test_skip_equals_a_run_without_the_bad_window(tmp_path, ga, kind):
     assert guard.summary["skipped_windows"] == [{"epoch": 0, "first": 4 * ga, "count": ga, "at_step": 4}]
 
 
+@pytest.mark.parametrize("save_only_model", [False, True])
+def test_skip_in_the_first_window_without_checkpoints_goes_back_to_the_start(tmp_path, save_only_model):
+    """`skip` decides at the log of step 2, after the bad update 1 was applied; with no checkpoint written it goes
+    back to the state kept at train start (optimizer and RNG included under `save_only_model`), and the run (logged
+    losses and `train_loss` included) is the one without the window. Its private folder is gone at the end."""
+    ga, n = 2, 20 * BATCH
+    bad = _bad_window(0, ga)
+    reference = _reference(tmp_path, ga, n, bad)
+    guard = RunGuard("skip", **SETTINGS)
+    guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=_items(n, bad, "nan"), guard=guard,
+                     save_steps=0, save_only_model=save_only_model)  # fmt: skip
+    assert _max_difference(_weights(guarded), _weights(reference)) == 0.0
+    assert _logged(guarded) == _logged(reference)
+    assert guarded.state.log_history[-1]["train_loss"] == reference.state.log_history[-1]["train_loss"]
+    assert [(e["step"], e["action"], e["batches"]) for e in guard.events] == [(1, "skip", [0, ga - 1])]
+    assert guard.rollbacks == 0
+    assert list((tmp_path / "guarded").iterdir()) == []
+
+
+def test_skip_decided_between_logs_keeps_the_logged_loss(tmp_path):
+    """Decisions every 2 updates, logs every 4: the state kept at step 2 holds half a logging window; going back to
+    it from the decision at step 4 (bad update 3) logs what the run without the window logs."""
+    ga, n = 1, 24
+    bad = _bad_window(2, ga)
+    reference = _reference(tmp_path, ga, n, bad, logging_steps=4)
+    guard = RunGuard("skip", **SETTINGS, check_every_n_steps=2)
+    guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=_items(n, bad, "nan"), guard=guard,
+                     save_steps=0, logging_steps=4)  # fmt: skip
+    assert _max_difference(_weights(guarded), _weights(reference)) == 0.0
+    assert _logged(guarded) == _logged(reference) and len(_logged(reference)) == 2
+    assert guarded.state.log_history[-1]["train_loss"] == reference.state.log_history[-1]["train_loss"]
+    assert [(e["step"], e["action"]) for e in guard.events] == [(3, "skip")]
+
+
 @pytest.mark.parametrize("ga", [1, 4])
 @pytest.mark.parametrize("kind", ["explode", "nan"])
 def test_rollback_equals_a_run_without_the_bad_window(tmp_path, ga, kind):
@@ -142,17 +176,18 @@ def test_rollback_equals_a_run_without_the_bad_window(tmp_path, ga, kind):
     assert [(e["step"], e["action"], e["batches"]) for e in guard.events] == [(5, "rollback", [4 * ga, 5 * ga - 1])]
 
 
-def test_a_resume_after_a_rollback_continues_exactly(tmp_path):
+@pytest.mark.parametrize("action", ["rollback", "skip"])
+def test_a_resume_after_a_rollback_continues_exactly(tmp_path, action):
     """checkpoint-6 of the rolled-back path stands one window past its step; a resume from it is the same run."""
     ga, n = 1, 24
     bad = _bad_window(4, 1)
     reference = _reference(tmp_path, ga, n, bad, max_steps=10)
     items = _items(n, bad, "nan")
-    guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=items, guard=RunGuard("rollback", **SETTINGS),
+    guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=items, guard=RunGuard(action, **SETTINGS),
                      max_steps=10)  # fmt: skip
     assert _max_difference(_weights(guarded), _weights(reference)) == 0.0
     checkpoint = tmp_path / "guarded" / "checkpoint-6"
-    resumed = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=items, guard=RunGuard("rollback", **SETTINGS),
+    resumed = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=items, guard=RunGuard(action, **SETTINGS),
                      max_steps=10, resume=str(checkpoint))  # fmt: skip
     assert _max_difference(_weights(resumed), _weights(reference)) == 0.0
 
@@ -202,6 +237,14 @@ def test_no_event_changes_nothing(tmp_path):
         assert _max_difference(_weights(guarded), _weights(plain)) == 0.0
         assert guarded.state.log_history[:-1] == plain.state.log_history[:-1]
         assert guard.events == []
+
+
+def test_skip_with_ignore_data_skip_is_refused_before_training(tmp_path):
+    guard = RunGuard("skip", **SETTINGS)
+    with pytest.raises(ValueError, match="ignore_data_skip=True.*Set ignore_data_skip=False"):
+        _train(tmp_path, "guarded", ga=1, order=list(range(8)), items=_items(8, [], "nan"), guard=guard,
+               ignore_data_skip=True)  # fmt: skip
+    assert guard.events == [] and not (tmp_path / "guarded" / "checkpoint-2").exists()
 
 
 def test_bad_settings_are_named():
