@@ -87,7 +87,7 @@ def stage(trainer: Any, copy_tensors: Any = None, files: bool = True, whole: boo
             fields["rng_states"] = rng_states(args)
     if should_save:
         trainer._refresh_stateful_callbacks()
-    state = trainer.state if copy_tensors is None else copy.deepcopy(trainer.state)
+    state = trainer.state if copy_tensors is None else _copied_state(trainer.state)
     return StagedCheckpoint(
         should_save=should_save,
         world_size=args.world_size,
@@ -100,6 +100,19 @@ def stage(trainer: Any, copy_tensors: Any = None, files: bool = True, whole: boo
         data_position=None if save_only_model else trainer._data_position_record(),
         **fields,
     )
+
+
+def _copied_state(state: Any) -> Any:
+    """A point-in-time copy of the trainer state. Its log history, which grows with the run, is copied entry by entry
+    (each a flat dict of numbers and strings) rather than deep-copied, so a copy costs little late in a long run."""
+    history = state.log_history
+    state.log_history = []
+    try:
+        clone = copy.deepcopy(state)
+    finally:
+        state.log_history = history
+    clone.log_history = [dict(entry) for entry in history]
+    return clone
 
 
 # ---- the files --------------------------------------------------------------------------------------------------

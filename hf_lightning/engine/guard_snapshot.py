@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from typing import Any
 
 from hf_lightning.checkpoint.async_writes import copy_state
@@ -20,6 +21,10 @@ from hf_lightning.checkpoint.staging import StagedCheckpoint, stage
 from hf_lightning.strategies.distributed import barrier
 
 SNAPSHOT_FOLDER = ".run-guard-snapshot"
+# A snapshot is renewed once the time since the last one is this many times what taking it cost, so snapshots take
+# at most 1% of the run's time; an event then makes again the updates since the snapshot, which can span several
+# decision windows (the weights and logs do not depend on which snapshot the run goes back to).
+RENEW_AFTER_COST_TIMES = 100.0
 
 
 class GuardSnapshot:
@@ -28,6 +33,13 @@ class GuardSnapshot:
     def __init__(self) -> None:
         self.staged: StagedCheckpoint | None = None
         self._run_values: tuple | None = None  # the loss window, loss total and train()-wide counters
+        self._cost = 0.0  # seconds the last snapshot took
+        self._taken_at = 0.0  # perf_counter() when it was taken
+
+    def due(self) -> bool:
+        """Whether this process would renew the snapshot now (the time budget above); the processes agree on it
+        through the decision's all-reduce (engine/run_guard.py)."""
+        return self.staged is None or time.perf_counter() - self._taken_at >= RENEW_AFTER_COST_TIMES * self._cost
 
     @property
     def step(self) -> int | None:
@@ -38,6 +50,7 @@ class GuardSnapshot:
 
     def take(self, trainer: Any, run: Any) -> None:
         """Stage the run as it stands now (a step boundary, or train start), replacing the previous snapshot."""
+        started = time.perf_counter()
         self.clear()  # the previous copy goes before the new one is made: one copy held at a time
         self.staged = stage(trainer, copy_tensors=copy_state, whole=True)
         logging = run.logging
@@ -45,6 +58,8 @@ class GuardSnapshot:
             logging.loss.copy(), logging.total_loss_scalar, logging.globalstep_last_logged,
             run.start_time, run.initial_global_step, run.initial_num_input_tokens_seen,
         )  # fmt: skip
+        self._taken_at = time.perf_counter()
+        self._cost = self._taken_at - started
 
     def write(self, trainer: Any, run_dir: str) -> str:
         """The staged checkpoint as a complete folder under `run_dir` (every process writes its RNG file; the saving

@@ -92,7 +92,8 @@ class RunGuard(pl.Callback):
         self._history: list[tuple[int, list[float]]] = []  # (step, values) of the updates accepted
         self._detectors: dict[str, SpikeDetection] = {}
         self.rollbacks = 0
-        self._snapshot = GuardSnapshot()  # `skip`: the run at the last decision (engine/guard_snapshot.py)
+        self._snapshot = GuardSnapshot()  # `skip`: the run at a recent decision (engine/guard_snapshot.py)
+        self._renew_snapshot = False  # the last decision agreed to renew it
 
     # ---- a train() ---------------------------------------------------------------------------------------------
     def begin_train(self, facade: Any) -> None:
@@ -153,8 +154,14 @@ class RunGuard(pl.Callback):
         pending, self._pending = self._pending, []
         if not pending:
             return
-        rows = torch.stack([_update_values(losses, grad_norm) for _, losses, grad_norm, _ in pending])
-        for (step, _, _, window), values in zip(pending, _reduced(rows).tolist()):
+        rows = [_update_values(losses, grad_norm) for _, losses, grad_norm, _ in pending]
+        if self.action == "skip":  # whether to renew the snapshot after this decision, agreed in the same all-reduce
+            due = float(self._snapshot.due())
+            rows.append(torch.tensor([due, due], device=rows[0].device))
+        reduced = _reduced(torch.stack(rows)).tolist()
+        if self.action == "skip":
+            self._renew_snapshot = reduced.pop()[0] > 0  # any process due: all renew
+        for (step, _, _, window), values in zip(pending, reduced):
             verdict = self._judge(values)
             if verdict is None:
                 self._accept(step, values)
@@ -174,8 +181,9 @@ class RunGuard(pl.Callback):
     def after_decision(self, facade: Any, run: Any) -> None:
         """`skip`: at the end of a step boundary whose decision accepted every update (logged, evaluated, saved),
         the snapshot a later event goes back to."""
-        if self.action == "skip" and not run.guard_halted:
+        if self.action == "skip" and not run.guard_halted and self._renew_snapshot:
             self._snapshot.take(facade, run)
+            self._renew_snapshot = False
 
     def _restart_point(self, facade: Any, run: Any, step: int) -> tuple[int, str] | None:
         """(step, folder) the run goes back to for an event at update `step`: `skip`'s snapshot written out, else
