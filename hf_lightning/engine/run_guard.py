@@ -8,10 +8,10 @@ inside the training step (engine/module.py), so Lightning's loop calls nothing o
 stay on the device until the next decision, at a training log (one all-reduce and one host read there, nothing on
 other steps), so a decision lags by at most one logging window.
 - `skip`: the update of an offending window is not applied (weights, optimizer state, scheduler, step counter and
-  random state as if its micro-batches were absent; their loss leaves the logged loss). At each decision that finds
-  nothing (and at train start) the run is kept in CPU memory, one copy of the model and optimizer state
-  (engine/guard_snapshot.py); on an event the run goes back to it and makes the updates since again without the
-  window.
+  random state as if its micro-batches were absent; their loss leaves the logged loss). At train start, and at a
+  decision that finds nothing once the time since the last copy is 100 times its cost, the run is kept in CPU memory,
+  one copy of the model and optimizer state (engine/guard_snapshot.py); on an event the run goes back to it and
+  makes the updates since again without the window.
 - `rollback` reloads the newest complete checkpoint written before the event, in the same process, takes the
   offending window out of the path and continues; `stop` saves a checkpoint and ends `train()` with `RunGuardStop`
   naming the step, the value, the window mean and the batches.
@@ -51,7 +51,7 @@ class RunGuard(pl.Callback):
 
     Args:
         action: "stop" (save, then end `train()` with `RunGuardStop`), "skip" (the offending update is not applied;
-            keeps one CPU copy of the model and optimizer state, taken at each decision: pick "rollback" for a
+            keeps one CPU copy of the model and optimizer state, renewed at decisions within 1% of the run: pick "rollback" for a
             model whose copy does not fit in host memory) or "rollback" (reload the newest complete checkpoint before
             the event, leave the offending window out, continue).
         loss: watch the training loss for spikes.
