@@ -266,3 +266,41 @@ def test_two_dataloader_workers(tmp_path, data, action):
     guarded = _train(tmp_path, "guarded", ga=ga, order=list(range(n)), items=items, data=data, guard=guard, workers=2)
     assert _max_difference(_weights(guarded), _weights(reference)) == 0.0
     assert [e["batches"] for e in guard.events] == [[4 * ga, 5 * ga - 1]]
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+@pytest.mark.parametrize(("window", "atol", "rtol"), [(1, None, 2.0), (5, 0.07, 0.3), (10, None, 0.1), (12, 1.0, None)])
+def test_the_guards_detector_judges_as_lightnings_spike_detection(mode, window, atol, rtol):
+    """The guard's detector keeps Lightning's judgement with a float32 window mean computed as torchmetrics'
+    `Running(MeanMetric())` does (engine/run_guard.py `_WindowMean`): the same verdict and the same mean, bit for bit,
+    for every value of a random series, as Lightning's own `SpikeDetection` on tensors."""
+    import random
+    import warnings
+
+    import numpy as np
+    from lightning.fabric.utilities.spike import SpikeDetection
+
+    from hf_lightning.engine.run_guard import _detector
+
+    settings = {"mode": mode, "window": window, "warmup": 1, "atol": atol, "rtol": rtol}
+    ours = _detector(settings)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lightnings = SpikeDetection(finite_only=True, **settings)
+    draw = random.Random(window * 7 + (atol or 0) * 100)
+    spikes = 0
+    for index in range(200):
+        value = torch.tensor(draw.gauss(1.0, 2.0))
+        if index:
+            verdict = bool(ours._is_spike(np.float32(value.item())))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                assert verdict == lightnings._is_spike(value), index
+                expected_mean = lightnings.running_mean.compute()
+            assert ours.running_mean.compute().tobytes() == expected_mean.numpy().tobytes(), index
+            spikes += verdict
+            if verdict:
+                continue
+        ours._update_stats(np.float32(value.item()))
+        lightnings._update_stats(value)
+    assert 0 < spikes < 200 or rtol is None  # the series exercises both verdicts
