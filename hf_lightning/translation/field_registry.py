@@ -6,10 +6,8 @@ Handlers live in `hf_lightning/translation/registry/`, grouped by theme.
 
 from __future__ import annotations
 
-import dataclasses
-
 from hf_lightning.translation.registry import distributed, evaluation, reporting, system, training
-from hf_lightning.translation.registry.core import FieldEntry, Handler, carried
+from hf_lightning.translation.registry.core import FieldEntry, Handler
 
 
 def _build(*groups: list[FieldEntry]) -> dict[str, FieldEntry]:
@@ -36,37 +34,12 @@ FIELD_REGISTRY: dict[str, FieldEntry] = _build(
     list(TRAINING_ARGUMENTS_REGISTRY.values()), list(SEQ2SEQ_REGISTRY.values())
 )
 
-# The fields a plan section carries: field -> (section, key). Its component reads the value there; no code outside
-# args/ and translation/ reads these fields on the arguments (tests/architecture/test_plan_only_reads.py).
+# The fields a plan section carries: field -> (section, key), as each entry declares (`FieldEntry.carries`). Its
+# component reads the value there; no code outside args/ and translation/ reads these fields on the arguments
+# (tests/architecture/test_plan_only_reads.py).
 CARRIED_FIELDS: dict[str, tuple[str, str]] = {
-    "eval_on_start": ("evaluation", "on_start"),
-    "prediction_loss_only": ("evaluation", "prediction_loss_only"),
-    "eval_accumulation_steps": ("evaluation", "accumulation_steps"),
-    "eval_do_concat_batches": ("evaluation", "do_concat_batches"),
-    "eval_use_gather_object": ("evaluation", "use_gather_object"),
-    "batch_eval_metrics": ("evaluation", "batch_eval_metrics"),
-    "include_for_metrics": ("evaluation", "include_for_metrics"),
-    "fp16_full_eval": ("evaluation", "fp16_full_eval"),
-    "bf16_full_eval": ("evaluation", "bf16_full_eval"),
-    "save_strategy": ("checkpointing", "save_strategy"),
-    "save_total_limit": ("checkpointing", "save_total_limit"),
-    "save_only_model": ("checkpointing", "save_only_model"),
-    "metric_for_best_model": ("checkpointing", "metric_for_best_model"),
-    "greater_is_better": ("checkpointing", "greater_is_better"),
-    "load_best_model_at_end": ("checkpointing", "load_best_model_at_end"),
-    "restore_callback_states_from_checkpoint": ("checkpointing", "restore_callback_states_from_checkpoint"),
-    "ignore_data_skip": ("checkpointing", "ignore_data_skip"),
-    "logging_nan_inf_filter": ("logging", "nan_inf_filter"),
-    "push_to_hub": ("hub", "push_to_hub"),
-    "hub_model_id": ("hub", "model_id"),
-    "hub_strategy": ("hub", "strategy"),
-    "hub_private_repo": ("hub", "private_repo"),
-    "hub_always_push": ("hub", "always_push"),
-    "hub_revision": ("hub", "revision"),
+    name: entry.carries for name, entry in FIELD_REGISTRY.items() if entry.carries is not None
 }
-for _name, (_section, _key) in CARRIED_FIELDS.items():
-    _entry = FIELD_REGISTRY[_name]
-    FIELD_REGISTRY[_name] = dataclasses.replace(_entry, handler=carried(_section, _key, _entry.handler))
 # The mapping table field name -> handler function.
 FIELD_HANDLERS: dict[str, Handler] = {name: entry.handler for name, entry in FIELD_REGISTRY.items()}
 

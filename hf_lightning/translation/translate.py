@@ -134,7 +134,7 @@ def translate(args: Any, env: Environment | None = None, *, raise_on_refusal: bo
                 NOT_APPLICABLE, "not a reference field (a subclass's own): hf_lightning does not read it"
             )
         else:
-            decision = entry.handler(name, plain(value), ctx)
+            decision = entry.decide(plain(value), ctx)
         notes[name] = FieldNote(name, _note_value(name, value), decision.status, decision.how)
         if decision.status == REFUSED:
             continue
@@ -163,13 +163,6 @@ def translate(args: Any, env: Environment | None = None, *, raise_on_refusal: bo
         lines = [f"  - {note.field}={note.value!r}: {note.how}" for note in plan.refusals()]
         raise ValueError("hf_lightning cannot honour these arguments:\n" + "\n".join(lines))
     return plan
-
-
-def planned_settings(args: Any, settings: ModuleSettings | None = None) -> ModuleSettings:
-    """The plan's module settings: the trainer passes its own; a helper called on bare arguments translates them."""
-    if settings is not None:
-        return settings
-    return translate(args, raise_on_refusal=False).module
 
 
 def explain(plan: Plan) -> str:

@@ -117,6 +117,7 @@ ENTRIES: list[FieldEntry] = [
         True,
         always("HFLightningModule: NaN/Inf micro-losses replaced in the logged average when True (R6.3)"),
         "NaN/Inf filter of the logged loss",
+        carries=("logging", "nan_inf_filter"),
     ),
     FieldEntry("include_num_input_tokens_seen", "no", _include_num_input_tokens_seen, "token counting"),
     FieldEntry(
