@@ -20,9 +20,9 @@ from hf_lightning.integrations.loggers import build_loggers
 from hf_lightning.strategies.build import build_strategy, resolve_ddp_kwargs
 from hf_lightning.strategies.process_group import process_group_kwargs
 from hf_lightning.translation.environment import Environment
+from hf_lightning.translation.handlers.core import STATUSES
+from hf_lightning.translation.handlers.distributed import fsdp_config
 from hf_lightning.translation.plan import Plan
-from hf_lightning.translation.registry.core import STATUSES
-from hf_lightning.translation.registry.distributed import fsdp_config
 from hf_lightning.translation.translate import explain, translate
 
 CPU = Environment(installed_loggers=frozenset({"tensorboard"}))
@@ -545,7 +545,7 @@ def _plain_arguments(**values):
     """A duck-typed arguments object holding the registry's defaults in their post-init form."""
     from types import SimpleNamespace
 
-    from hf_lightning.translation.field_registry import TRAINING_ARGUMENTS_REGISTRY
+    from hf_lightning.translation.handler_table import TRAINING_ARGUMENTS_REGISTRY
 
     fields = {name: entry.default for name, entry in TRAINING_ARGUMENTS_REGISTRY.items()}
     fields.update(output_dir="trainer_output", report_to=[], debug=[], activation_checkpointing=False)
@@ -571,7 +571,7 @@ def test_translate_runs_without_transformers_or_accelerate():
         "import sys; sys.modules['transformers'] = None; sys.modules['accelerate'] = None\n"
         "from types import SimpleNamespace\n"
         "from hf_lightning.translation.translate import translate, explain, Environment\n"
-        "from hf_lightning.translation.field_registry import TRAINING_ARGUMENTS_REGISTRY as R\n"
+        "from hf_lightning.translation.handler_table import TRAINING_ARGUMENTS_REGISTRY as R\n"
         "fields = {n: e.default for n, e in R.items()}\n"
         "fields.update(output_dir='o', report_to=['csv'], debug=[], use_cpu=True)\n"
         "plan = translate(SimpleNamespace(**fields), Environment())\n"

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hf_lightning.translation.logger_specs import (
-    logger_specs,
-    reference_integrations,
-    report_to_of,
-    requested_loggers,
-)
-from hf_lightning.translation.registry.core import (
+from hf_lightning.translation.handlers.core import (
     Context,
     Decision,
     FieldEntry,
@@ -18,6 +12,12 @@ from hf_lightning.translation.registry.core import (
     honoured,
     not_applicable,
     refused,
+)
+from hf_lightning.translation.logger_specs import (
+    logger_specs,
+    reference_integrations,
+    report_to_of,
+    requested_loggers,
 )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hf_lightning.translation.registry.core import (
+from hf_lightning.translation.handlers.core import (
     Context,
     Decision,
     FieldEntry,

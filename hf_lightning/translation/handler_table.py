@@ -1,13 +1,13 @@
-"""The field registry: every `TrainingArguments` / `Seq2SeqTrainingArguments` field exactly once,
-mapped to the handler that says how it is honoured or why it is refused.
+"""The handler table: every `TrainingArguments` / `Seq2SeqTrainingArguments` field exactly once,
+mapped to the entry whose handler says how it is honoured or why it is refused.
 
-Handlers live in `hf_lightning/translation/registry/`, grouped by theme.
+Handlers live in `hf_lightning/translation/handlers/`, grouped by theme.
 """
 
 from __future__ import annotations
 
-from hf_lightning.translation.registry import distributed, evaluation, reporting, system, training
-from hf_lightning.translation.registry.core import FieldEntry, Handler
+from hf_lightning.translation.handlers import distributed, evaluation, reporting, system, training
+from hf_lightning.translation.handlers.core import FieldEntry, Handler
 
 
 def _build(*groups: list[FieldEntry]) -> dict[str, FieldEntry]:
