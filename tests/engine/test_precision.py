@@ -53,7 +53,7 @@ def test_evaluation_autocasts_as_the_reference_prepares_the_model(tmp_path, monk
     policy). An FSDP run's model not sharded yet (evaluate before train) keeps the autocast."""
     import types
 
-    import hf_lightning.strategies.evaluation as evaluation
+    import hf_lightning.strategies.for_evaluation as evaluation
     from hf_lightning.engine.trainer import HFLightningTrainer
     from hf_lightning.translation.translate import translate
 

@@ -18,7 +18,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from hf_lightning.integrations.logger_backends.tensorboard import default_logdir
 from hf_lightning.integrations.loggers import build_loggers
 from hf_lightning.strategies.build import build_strategy, resolve_ddp_kwargs
-from hf_lightning.strategies.process_group import process_group_kwargs
+from hf_lightning.strategies.process_group_options import process_group_kwargs
 from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.handlers.core import STATUSES
 from hf_lightning.translation.handlers.distributed import fsdp_config
