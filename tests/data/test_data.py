@@ -16,7 +16,7 @@ import torch
 import transformers
 from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
-from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, Trainer
+from transformers import BertForQuestionAnswering, BertForSequenceClassification, Trainer
 from transformers.trainer_pt_utils import BatchRebalanceSampler as RefBatchRebalanceSampler
 from transformers.trainer_pt_utils import LengthGroupedSampler as RefLengthGroupedSampler
 from transformers.trainer_pt_utils import get_length_grouped_indices as ref_get_length_grouped_indices
@@ -35,6 +35,7 @@ from hf_lightning.data.model_inputs import (
     signature_columns,
 )
 from tests.data.loader_builders import build_eval_dataloader, build_train_dataloader, context_without_trainer
+from tests.models import make_tiny_bert_classifier, tiny_bert_config
 
 SEED_42_ORDERS = [
     [2, 6, 1, 8, 4, 5, 0, 9, 3, 7],
@@ -99,24 +100,9 @@ def ref_epochs(dataloader, epochs: int) -> list[list[int]]:
     return seen
 
 
-def tiny_bert_config(**overrides) -> BertConfig:
-    config = dict(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-        num_labels=2,
-    )
-    config.update(overrides)
-    return BertConfig(**config)
-
-
 @pytest.fixture(scope="module")
 def tiny_bert():
-    torch.manual_seed(0)
-    return BertForSequenceClassification(tiny_bert_config())
+    return make_tiny_bert_classifier()
 
 
 # ---- R3.2 / R3.3: random order and global RNG consumption, against a real reference training run ----------

@@ -24,6 +24,7 @@ from hf_lightning.translation.handlers.core import STATUSES
 from hf_lightning.translation.handlers.distributed import fsdp_config
 from hf_lightning.translation.plan import Plan
 from hf_lightning.translation.translate import explain, translate
+from tests.models import make_tiny_bert_classifier
 
 CPU = Environment(installed_loggers=frozenset({"tensorboard"}))
 ONE_GPU = Environment(cuda_available=True, cuda_device_count=1, installed_loggers=frozenset({"tensorboard"}))
@@ -201,20 +202,13 @@ def test_ddp_plan_builds_a_real_lightning_trainer(make_args):
     assert trainer.strategy._ddp_kwargs["bucket_cap_mb"] == 25
 
 
-def _tiny_bert():
-    config = transformers.BertConfig(
-        vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8
-    )
-    return transformers.BertForSequenceClassification(config)
-
-
 def test_find_unused_parameters_default_follows_r7_3(make_args):
     plan = translate(make_args(), DDP_2)
     assert plan.strategy.find_unused_parameters is None
     assert resolve_ddp_kwargs(plan, torch.nn.Linear(2, 2))["find_unused_parameters"] is True
-    assert resolve_ddp_kwargs(plan, _tiny_bert())["find_unused_parameters"] is True
+    assert resolve_ddp_kwargs(plan, make_tiny_bert_classifier())["find_unused_parameters"] is True
     checkpointing = translate(make_args(activation_checkpointing=True), DDP_2)
-    assert resolve_ddp_kwargs(checkpointing, _tiny_bert())["find_unused_parameters"] is False
+    assert resolve_ddp_kwargs(checkpointing, make_tiny_bert_classifier())["find_unused_parameters"] is False
     assert resolve_ddp_kwargs(checkpointing, torch.nn.Linear(2, 2))["find_unused_parameters"] is True
     explicit = translate(make_args(ddp_find_unused_parameters=False), DDP_2)
     assert resolve_ddp_kwargs(explicit, torch.nn.Linear(2, 2))["find_unused_parameters"] is False
