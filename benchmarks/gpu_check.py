@@ -222,7 +222,7 @@ def _final_weights(trainer, output_dir: str) -> dict:
 
         state = gather_full_state_dict(trainer.model_wrapped)
     elif trainer.get_tp_size() > 1:  # every rank gathers the DTensor shards
-        from hf_lightning.strategies.tensor_parallel.state import full_state_dict
+        from hf_lightning.strategies.tensor_parallel.shards import full_state_dict
 
         state = full_state_dict(trainer.model)
     elif getattr(trainer, "is_deepspeed_enabled", False):

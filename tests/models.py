@@ -78,8 +78,8 @@ def make_regression_mlp(seed: int = 0) -> RegressionMLP:
     return RegressionMLP()
 
 
-def _tiny_bert_config(num_hidden_layers: int, num_labels: int):
-    """The tiny BERT both classifiers share: vocabulary 64, width 16, no dropout."""
+def tiny_bert_config(num_hidden_layers: int = 2, num_labels: int = 2):
+    """The tiny BERT every BERT model of the tests shares: vocabulary 64, width 16, no dropout."""
     from transformers import BertConfig
 
     return BertConfig(
@@ -99,7 +99,7 @@ def make_tiny_bert_classifier(seed: int = 0, num_labels: int = 2):
     from transformers import BertForSequenceClassification
 
     torch.manual_seed(seed)
-    return BertForSequenceClassification(_tiny_bert_config(2, num_labels))
+    return BertForSequenceClassification(tiny_bert_config(2, num_labels))
 
 
 def classification_data(n: int = 12, seq_len: int = 8, seed: int = 0, vocab: int = 64) -> ListDataset:
@@ -148,7 +148,7 @@ def make_tiny_bert_token_classifier(seed: int = 0, num_labels: int = 3):
     from transformers import BertForTokenClassification
 
     torch.manual_seed(seed)
-    return BertForTokenClassification(_tiny_bert_config(1, num_labels))
+    return BertForTokenClassification(tiny_bert_config(1, num_labels))
 
 
 def token_classification_data(

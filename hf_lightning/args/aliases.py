@@ -17,7 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hf_lightning.args.fields import convert_str_dict
+from hf_lightning.args.declarations import convert_str_dict
 from hf_lightning.args.user_warnings import user_stacklevel
 from hf_lightning.core.enums import enum_value
 

@@ -1,7 +1,7 @@
 """The FSDP plugin arguments from a normalised `fsdp_config`: the one computation of them (R7.2).
 
 `args/parallel.py:process_fsdp_args` calls it while building `TrainingArguments` (the reference's
-`fsdp_plugin_args` attribute) and `translation/registry/distributed.py:fsdp_plugin_args` calls it for the plan,
+`fsdp_plugin_args` attribute) and `translation/handlers/distributed.py:fsdp_plugin_args` calls it for the plan,
 so the two cannot disagree. A value the plugin would refuse later raises ValueError here, naming the key.
 """
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
-from hf_lightning.args.fields import TRAINER_LOG_LEVELS
+from hf_lightning.args.declarations import TRAINER_LOG_LEVELS
 from hf_lightning.args.launcher import launch_layout
 from hf_lightning.core.enums import ParallelMode
 

@@ -1,6 +1,6 @@
 """``TrainingArguments`` and ``Seq2SeqTrainingArguments``: the reference's arguments, without transformers.
 
-Same fields, order and defaults as transformers 5.24 (see ``args/fields.py``), the same
+Same fields, order and defaults as transformers 5.24 (see ``args/declarations.py``), the same
 ``__post_init__`` normalisation (R1.2), validation (``args/reference_rules.py``: the reference's rules, after
 ``args/validation.py``: our checks of every field's type, range and combinations, which the reference leaves to
 ``train()``), v4 keyword aliases
@@ -26,12 +26,12 @@ from typing import Any
 
 from hf_lightning.args.accelerator_config import AcceleratorConfig, to_accelerator_config
 from hf_lightning.args.aliases import ALIAS_ATTRIBUTE_DEFAULTS, with_v4_aliases
+from hf_lightning.args.declarations import TrainingArgumentsFields, convert_str_dict
 from hf_lightning.args.deepspeed_config import (
     DeepSpeedPluginView,
     deepspeed_fill_at_construction,
     load_deepspeed_config,
 )
-from hf_lightning.args.fields import TrainingArgumentsFields, convert_str_dict
 from hf_lightning.args.parallel import process_fsdp_args
 from hf_lightning.args.process import TrainingArgumentsProcess, mps_available, transformers_verbosity
 from hf_lightning.args.reference_rules import (

@@ -376,7 +376,11 @@ def build_trainer(run_config: RunConfig, stage: str) -> tuple[Any, Any]:
     """The facade for one stage, with the datasets the stage needs and the Lightning overrides set."""
     # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
     from hf_lightning.cli.data_sources import resolve_data
-    from hf_lightning.cli.files import checkpoint_progress, load_checkpoint_weights, resolve_checkpoint
+    from hf_lightning.cli.weights_and_predictions import (
+        checkpoint_progress,
+        load_checkpoint_weights,
+        resolve_checkpoint,
+    )
 
     parts = resolve_data(run_config.data, stage)
     folder = None
@@ -461,7 +465,7 @@ def test_command(run_config: RunConfig) -> CLIRun:
 def predict_command(run_config: RunConfig) -> CLIRun:
     """`predict()` on the predict data (else the test data); writes `predictions.npz` (and decoded text)."""
     # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
-    from hf_lightning.cli.files import write_predictions
+    from hf_lightning.cli.weights_and_predictions import write_predictions
 
     trainer, parts = build_trainer(run_config, "predict")
     dataset = parts.predict_dataset if parts.predict_dataset is not None else parts.test_dataset

@@ -14,8 +14,8 @@ class DataContext:
     """The arguments, collator, model (its signature decides column removal), tokenizer and process layout a
     trainer's train, eval and test loaders share.
 
-    `data_collator=None` picks the reference's default for `processing_class`; `settings` are the plan's module
-    settings (translated from `args` when None); `columns` the columns column removal keeps (the trainer's
+    `data_collator=None` picks the reference's default for `processing_class`; `settings` are the trainer's plan's
+    module settings; `columns` the columns column removal keeps (the trainer's
     `_signature_columns`; the model's signature when None). `world_size` / `process_index` are the data-parallel
     replicas and this process's replica.
     """
@@ -23,8 +23,8 @@ class DataContext:
     args: Any
     data_collator: Callable | None
     model: Any
+    settings: ModuleSettings
     processing_class: Any = None
     world_size: int = 1
     process_index: int = 0
-    settings: ModuleSettings | None = None
     columns: list[str] | None = None

@@ -43,7 +43,6 @@ from hf_lightning.data.model_inputs import (
 )
 from hf_lightning.data.position_files import DataPositionRecord
 from hf_lightning.data.samplers import BatchRebalanceSampler, shard_batches
-from hf_lightning.translation.translate import planned_settings
 
 _DATALOADER_ACCEPTS_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
 
@@ -328,7 +327,7 @@ def _build_dataloader(
             return _train_loader(dataset, params, args=args, num_processes=world_size)
         return HFDataLoader(dataset, **params)
 
-    settings = planned_settings(args, context.settings)
+    settings = context.settings
     if settings.dispatch_batches:
         raise ValueError(
             "accelerator_config.dispatch_batches=True is not supported by hf_lightning for map-style datasets; "
@@ -382,7 +381,7 @@ def _iterable_loader_across_processes(
     first process (`dispatch_batches` None or True) or read by each (`dispatch_batches=False`); the same for the
     train, eval and test loaders (the evaluation loop's gather drops the completed tail, `last_batch_remainder`)."""
     args, world_size, process_index = context.args, context.world_size, context.process_index
-    settings = planned_settings(args, context.settings)
+    settings = context.settings
     if settings.dispatch_batches is False:
         generator = getattr(dataset, "generator", None)
         dataset, params["batch_size"] = shard_iterable_dataset(

@@ -28,7 +28,6 @@ from hf_lightning.data.samplers import (
 )
 from hf_lightning.data.sized import has_length
 from hf_lightning.translation.plan import ModuleSettings
-from hf_lightning.translation.translate import planned_settings
 
 logger = logging.getLogger(__name__)
 
@@ -177,14 +176,13 @@ def get_train_sampler(
     world_size: int = 1,
     process_index: int = 0,
     seed_for_sampler: int | None = None,
-    settings: ModuleSettings | None = None,
+    settings: ModuleSettings,
 ) -> Sampler | None:
     """The reference's train sampler for `args.train_sampling_strategy` (R3.1); None for unsized data.
 
     The random order is seeded with `data_seed`, else `seed_for_sampler`, else `torch.initial_seed()`
-    read now (the reference reads it when the train loader is built).
+    read now (the reference reads it when the train loader is built). `settings`: the trainer's plan's module section.
     """
-    settings = planned_settings(args, settings)
     strategy = args.train_sampling_strategy
     if not has_length(dataset):
         if strategy in ("group_by_length", "batch_rebalance"):

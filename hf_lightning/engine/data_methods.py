@@ -19,7 +19,7 @@ import hf_lightning.data.dataloaders as dataloaders
 import hf_lightning.data.model_inputs as data_layer
 from hf_lightning.data.context import DataContext
 from hf_lightning.data.samplers import made_seedable
-from hf_lightning.engine.overrides import is_base_method
+from hf_lightning.engine.base_methods import is_base_method
 
 
 class DataMethodsMixin:

@@ -39,7 +39,7 @@ from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from hf_lightning.engine.overrides import is_base_method
+from hf_lightning.engine.base_methods import is_base_method
 
 __all__ = [
     "LeanPassThroughProfiler",

@@ -146,7 +146,7 @@ class HFLightningModule(pl.LightningModule):
         # Plain attributes (not submodules): the facade and its run are not part of the module tree.
         object.__setattr__(self, "_facade", facade)
         object.__setattr__(self, "_run", run)  # the TrainingRun fitting this module (engine/training_run.py)
-        # The accumulation window (the plan's, hf_lightning/translation/registry/training.py): read here, where the
+        # The accumulation window (the plan's, hf_lightning/translation/handlers/training.py): read here, where the
         # windows are cut, rather than handed over by the run.
         self._ga = facade.plan.module.gradient_accumulation_steps
         self._micro_batch_index = -1

@@ -17,19 +17,13 @@ import torch
 
 from hf_lightning.core.autocast import autocast_forward, planned_autocast_dtype
 from hf_lightning.translation.plan import ModuleSettings
-from hf_lightning.translation.translate import planned_settings
 
 
-def forward_autocast_dtype(args: Any) -> torch.dtype | None:
-    """`planned_autocast_dtype` for arguments outside a trainer (translated now)."""
-    return planned_autocast_dtype(planned_settings(args))
-
-
-def forward_autocast(model: torch.nn.Module, args: Any, settings: ModuleSettings | None = None):
+def forward_autocast(model: torch.nn.Module, args: Any, settings: ModuleSettings):
     """A context in which `model`'s forward runs under the reference's autocast (a no-op in full precision).
 
-    `settings`: the trainer's plan; translated from `args` when not given."""
-    dtype = planned_autocast_dtype(planned_settings(args, settings))
+    `settings`: the trainer's plan's module section (its `forward_autocast`); `args` gives the device."""
+    dtype = planned_autocast_dtype(settings)
     if dtype is None:
         return contextlib.nullcontext()
     return autocast_forward(model, args.device.type, dtype)

@@ -18,6 +18,7 @@ from torch import nn
 import hf_lightning.data.dataloaders as dataloaders
 from hf_lightning.core.devices import empty_device_cache
 from hf_lightning.core.enums import enum_value
+from hf_lightning.engine.base_methods import is_base_method
 from hf_lightning.engine.loss import (
     activate_neftune,
     count_items_in_window,
@@ -25,7 +26,6 @@ from hf_lightning.engine.loss import (
     extract_loss,
     is_causal_lm_class,
 )
-from hf_lightning.engine.overrides import is_base_method
 from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.loggers import publish_logs, publish_logs_before_training
 from hf_lightning.strategies.build import steps_for

@@ -35,7 +35,7 @@ from hf_lightning.evaluation.helpers import (
     spans_several_devices,
 )
 from hf_lightning.evaluation.metric_objects import local_rows_to_keep, streaming_metrics_for
-from hf_lightning.strategies.evaluation import (
+from hf_lightning.strategies.for_evaluation import (
     check_evaluation_before_training,
     evaluation_replicas,
     tensor_parallel_size,

@@ -23,7 +23,7 @@ from hf_lightning.core.outputs import EvalLoopOutput, PredictionOutput
 from hf_lightning.evaluation.helpers import is_metric_driven_scheduler, nested_detach, speed_metrics
 from hf_lightning.evaluation.loop import EvaluationLoop
 from hf_lightning.integrations.loggers import publish_predict_metrics
-from hf_lightning.strategies.evaluation import evaluation_autocast_dtype
+from hf_lightning.strategies.for_evaluation import evaluation_autocast_dtype
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from hf_lightning.strategies.deepspeed.steps import DeepSpeedSteps
 from hf_lightning.strategies.fsdp.checkpoint import FSDPCheckpointIO
 from hf_lightning.strategies.fsdp.policies import FSDP_STRATEGY_NAMES, is_fsdp_plan
 from hf_lightning.strategies.fsdp.steps import FSDPSteps
-from hf_lightning.strategies.process_group import process_group_kwargs
+from hf_lightning.strategies.process_group_options import process_group_kwargs
 from hf_lightning.strategies.steps import StrategySteps
 from hf_lightning.strategies.tensor_parallel.checkpoint_io import TensorParallelCheckpointIO
 from hf_lightning.strategies.tensor_parallel.steps import TensorParallelSteps

@@ -17,7 +17,6 @@ import torch.distributed as dist
 
 from hf_lightning.args.process_group import ensure_process_group, under_elastic_agent
 from hf_lightning.data.sized import has_length
-from hf_lightning.translation.translate import planned_settings
 
 if TYPE_CHECKING:
     from hf_lightning.translation.plan import ModuleSettings
@@ -151,13 +150,13 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def check_even_eval_shards(args: Any, dataset: Any, settings: ModuleSettings | None = None) -> None:
+def check_even_eval_shards(args: Any, dataset: Any, settings: ModuleSettings) -> None:
     """Refuse evaluation shards of different lengths, which would leave processes waiting in the gather.
 
     With `accelerator_config.even_batches=False` and a dataset size that is not a multiple of the global
-    eval batch, the processes get different numbers (or sizes) of batches.
+    eval batch, the processes get different numbers (or sizes) of batches. `settings`: the trainer's plan's module
+    section (its `even_batches` / `split_batches`).
     """
-    settings = planned_settings(args, settings)
     total_batch_size = args.eval_batch_size * args.world_size
     if (
         not settings.even_batches

@@ -2,7 +2,7 @@
 group, no model, no side effects; it reads the arguments and an `Environment` snapshot only.
 
 Every field of the arguments gets a `FieldNote` (honoured / refused / warned / not-applicable)
-from the registry in `hf_lightning.translation.field_registry`; refusals raise one ValueError listing them.
+from the registry in `hf_lightning.translation.handler_table`; refusals raise one ValueError listing them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,15 @@ from typing import Any
 
 from hf_lightning.args.process import cpu_switch_on, reference_n_gpu
 from hf_lightning.translation.environment import Environment
-from hf_lightning.translation.field_registry import FIELD_REGISTRY
+from hf_lightning.translation.handler_table import FIELD_REGISTRY
+from hf_lightning.translation.handlers.core import (
+    NOT_APPLICABLE,
+    REFUSED,
+    Context,
+    Decision,
+    plain,
+)
+from hf_lightning.translation.handlers.distributed import select_strategy
 from hf_lightning.translation.plan import (
     CheckpointSettings,
     EvaluationSettings,
@@ -26,14 +34,6 @@ from hf_lightning.translation.plan import (
     Plan,
     StrategyPlan,
 )
-from hf_lightning.translation.registry.core import (
-    NOT_APPLICABLE,
-    REFUSED,
-    Context,
-    Decision,
-    plain,
-)
-from hf_lightning.translation.registry.distributed import select_strategy
 
 __all__ = ["Environment", "FieldNote", "Plan", "explain", "translate"]
 
@@ -134,7 +134,7 @@ def translate(args: Any, env: Environment | None = None, *, raise_on_refusal: bo
                 NOT_APPLICABLE, "not a reference field (a subclass's own): hf_lightning does not read it"
             )
         else:
-            decision = entry.handler(name, plain(value), ctx)
+            decision = entry.decide(plain(value), ctx)
         notes[name] = FieldNote(name, _note_value(name, value), decision.status, decision.how)
         if decision.status == REFUSED:
             continue
@@ -163,13 +163,6 @@ def translate(args: Any, env: Environment | None = None, *, raise_on_refusal: bo
         lines = [f"  - {note.field}={note.value!r}: {note.how}" for note in plan.refusals()]
         raise ValueError("hf_lightning cannot honour these arguments:\n" + "\n".join(lines))
     return plan
-
-
-def planned_settings(args: Any, settings: ModuleSettings | None = None) -> ModuleSettings:
-    """The plan's module settings: the trainer passes its own; a helper called on bare arguments translates them."""
-    if settings is not None:
-        return settings
-    return translate(args, raise_on_refusal=False).module
 
 
 def explain(plan: Plan) -> str:

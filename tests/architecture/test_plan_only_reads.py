@@ -1,4 +1,4 @@
-"""One source of truth per setting: a field a plan section carries (`translation/field_registry.py`'s
+"""One source of truth per setting: a field a plan section carries (`translation/handler_table.py`'s
 `CARRIED_FIELDS`) is read from the plan, never from the arguments, outside `args/` and `translation/`.
 
 The documented exceptions read the arguments on purpose:
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from transformers import TrainingArguments
 
-from hf_lightning.translation.field_registry import CARRIED_FIELDS as SECTION_FIELDS
+from hf_lightning.translation.handler_table import CARRIED_FIELDS as SECTION_FIELDS
 from hf_lightning.translation.plan import ModuleSettings
 from tests.architecture.test_import_cycles import ROOT
 
@@ -92,4 +92,4 @@ def test_each_exception_is_still_a_read():
 
 def test_the_allowed_places_exist():
     assert all((ROOT / place).exists() for place in ALLOWED_PLACES)
-    assert Path(ROOT / "translation" / "field_registry.py").is_file()
+    assert Path(ROOT / "translation" / "handler_table.py").is_file()

@@ -1,6 +1,6 @@
 """`checkpoint/` and `evaluation/` never ask which strategy runs: they call the strategy's checkpoint I/O
 (`strategies/checkpoint_io.py`, chosen in `strategies/build.py`) and what evaluation needs to know of it
-(`strategies/evaluation.py`). So they import no strategy-specific module and read no strategy flag."""
+(`strategies/for_evaluation.py`). So they import no strategy-specific module and read no strategy flag."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tests.architecture.test_import_cycles import ROOT, import_graph
 STRATEGY_NEUTRAL = {
     "hf_lightning.strategies.build",
     "hf_lightning.strategies.checkpoint_io",
-    "hf_lightning.strategies.evaluation",
+    "hf_lightning.strategies.for_evaluation",
     "hf_lightning.strategies.distributed",
     # Every layout's states read into one form, whichever strategy wrote them (resume's checks, consolidate).
     "hf_lightning.strategies.portable_state",

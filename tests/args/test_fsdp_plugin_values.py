@@ -7,7 +7,7 @@ import pytest
 import transformers
 
 from hf_lightning import TrainingArguments
-from hf_lightning.translation.registry.distributed import fsdp_plugin_args
+from hf_lightning.translation.handlers.distributed import fsdp_plugin_args
 
 REFUSED_LATER_BY_THE_REFERENCE = [
     ({"state_dict_type": "LOCAL_STATE_DICT"}, "state_dict_type"),

@@ -35,7 +35,7 @@ from hf_lightning.checkpoint.saving import (
 )
 from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME, numpy_safe_globals
 from hf_lightning.translation.translate import translate
-from tests.models import make_regression_mlp, regression_data
+from tests.models import make_regression_mlp, make_tiny_bert_classifier, regression_data
 
 REFERENCE_FILES_PLAIN = [
     "model.safetensors",
@@ -471,28 +471,12 @@ def tiny_tokenizer(tmp_path_factory):
     return BertTokenizer(vocab_file=str(folder / "vocab.txt"))
 
 
-def _tiny_bert():
-    from transformers import BertConfig, BertForSequenceClassification
-
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-        num_labels=2,
-    )
-    return BertForSequenceClassification(config)
-
-
 @pytest.mark.parametrize("with_tokenizer", [True, False])
 def test_save_model_matches_reference(tmp_path, tiny_tokenizer, with_tokenizer):
     import transformers
 
     processing_class = tiny_tokenizer if with_tokenizer else None
-    model = _tiny_bert()
+    model = make_tiny_bert_classifier()
     reference = transformers.Trainer(
         model=copy.deepcopy(model),
         args=reference_args(tmp_path / "reference"),
@@ -531,7 +515,7 @@ def test_save_state_writes_the_state(tmp_path):
 
 @pytest.mark.parametrize("model_kind", ["plain", "pretrained"])
 def test_load_best_model_restores_the_best_weights(tmp_path, model_kind):
-    model = make_regression_mlp() if model_kind == "plain" else _tiny_bert()
+    model = make_regression_mlp() if model_kind == "plain" else make_tiny_bert_classifier()
     args = reference_args(tmp_path, metric_for_best_model="loss", eval_strategy="steps")
     trainer = StandIn(args, model)
     trainer.state.global_step = 2
@@ -548,7 +532,7 @@ def test_load_best_model_restores_the_best_weights(tmp_path, model_kind):
 
 
 def test_load_best_model_reads_sharded_safetensors(tmp_path):
-    model = _tiny_bert()
+    model = make_tiny_bert_classifier()
     folder = tmp_path / "checkpoint-1"
     model.save_pretrained(str(folder), max_shard_size="4KB")
     assert "model.safetensors.index.json" in listing(folder)

@@ -11,6 +11,13 @@ from typing import Any
 from hf_lightning.data.context import DataContext
 from hf_lightning.data.dataloaders import HFDataLoader, build_dataloader
 from hf_lightning.data.model_inputs import get_eval_sampler, get_train_sampler
+from hf_lightning.translation.translate import translate
+
+
+def context_without_trainer(*, args: Any, **fields: Any) -> DataContext:
+    """A `DataContext` for arguments no trainer has planned: the plan's module settings are translated here, in the
+    open (a trainer passes its own plan's)."""
+    return DataContext(args=args, settings=translate(args, raise_on_refusal=False).module, **fields)
 
 
 def build_train_dataloader(

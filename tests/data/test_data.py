@@ -16,14 +16,13 @@ import torch
 import transformers
 from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
-from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, Trainer
+from transformers import BertForQuestionAnswering, BertForSequenceClassification, Trainer
 from transformers.trainer_pt_utils import BatchRebalanceSampler as RefBatchRebalanceSampler
 from transformers.trainer_pt_utils import LengthGroupedSampler as RefLengthGroupedSampler
 from transformers.trainer_pt_utils import get_length_grouped_indices as ref_get_length_grouped_indices
 from transformers.utils.generic import can_return_loss as ref_can_return_loss
 
 from hf_lightning.core.seeding import set_seed
-from hf_lightning.data.context import DataContext
 from hf_lightning.data.dataloaders import (
     num_examples,
     seed_worker,
@@ -35,7 +34,8 @@ from hf_lightning.data.model_inputs import (
     model_accepts_loss_kwargs,
     signature_columns,
 )
-from tests.data.loader_builders import build_eval_dataloader, build_train_dataloader
+from tests.data.loader_builders import build_eval_dataloader, build_train_dataloader, context_without_trainer
+from tests.models import make_tiny_bert_classifier, tiny_bert_config
 
 SEED_42_ORDERS = [
     [2, 6, 1, 8, 4, 5, 0, 9, 3, 7],
@@ -100,24 +100,9 @@ def ref_epochs(dataloader, epochs: int) -> list[list[int]]:
     return seen
 
 
-def tiny_bert_config(**overrides) -> BertConfig:
-    config = dict(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-        num_labels=2,
-    )
-    config.update(overrides)
-    return BertConfig(**config)
-
-
 @pytest.fixture(scope="module")
 def tiny_bert():
-    torch.manual_seed(0)
-    return BertForSequenceClassification(tiny_bert_config())
+    return make_tiny_bert_classifier()
 
 
 # ---- R3.2 / R3.3: random order and global RNG consumption, against a real reference training run ----------
@@ -132,7 +117,7 @@ def test_random_order_and_rng_stream_match_reference_training(make_args, seed, d
     set_seed(seed)  # what the reference's constructor does
     our_model = IdxModel()
     loader = build_train_dataloader(
-        idx_items(10), DataContext(args=args, data_collator=None, model=our_model)
+        idx_items(10), context_without_trainer(args=args, data_collator=None, model=our_model)
     )
     our_epochs(loader, 3, model=our_model)
 
@@ -157,7 +142,7 @@ def test_random_collator_interleaves_with_forward_like_reference(make_args):
     set_seed(5)
     our_model = IdxModel()
     loader = build_train_dataloader(
-        idx_items(6), DataContext(args=args, data_collator=drawing_collator, model=our_model)
+        idx_items(6), context_without_trainer(args=args, data_collator=drawing_collator, model=our_model)
     )
     our_epochs(loader, 2, model=our_model)
     assert our_model.seen == ref_model.seen
@@ -168,7 +153,7 @@ def test_only_one_int64_draw_per_epoch(make_args):
     args = make_args(seed=42)
     set_seed(42)
     model = IdxModel()
-    loader = build_train_dataloader(idx_items(4), DataContext(args=args, data_collator=None, model=model))
+    loader = build_train_dataloader(idx_items(4), context_without_trainer(args=args, data_collator=None, model=model))
     our_epochs(loader, 2, model=model)
     assert model.draws == pytest.approx([0.38286, 0.95931, 0.25657, 0.79364], abs=1e-5)  # R3.3
 
@@ -180,7 +165,7 @@ def test_only_one_int64_draw_per_epoch(make_args):
     assert model.draws == simulated
 
     set_seed(42)
-    loader = build_train_dataloader(idx_items(4), DataContext(args=args, data_collator=None, model=model))
+    loader = build_train_dataloader(idx_items(4), context_without_trainer(args=args, data_collator=None, model=model))
     list(loader)
     after_epoch = torch.get_rng_state()
     set_seed(42)
@@ -192,7 +177,7 @@ def test_sampler_seed_is_the_initial_seed_at_build_time(make_args):
     args = make_args(seed=42)
     torch.manual_seed(3)  # a user reseed between construction and train() changes S (R3.2)
     loader = build_train_dataloader(
-        idx_items(10), DataContext(args=args, data_collator=None, model=IdxModel())
+        idx_items(10), context_without_trainer(args=args, data_collator=None, model=IdxModel())
     )
     torch.manual_seed(42)
     expected = torch.randperm(10, generator=torch.Generator().manual_seed(3)).tolist()
@@ -202,7 +187,7 @@ def test_sampler_seed_is_the_initial_seed_at_build_time(make_args):
 def test_sequential_strategy_and_drop_last(make_args):
     args = make_args(train_sampling_strategy="sequential", dataloader_drop_last=True, seed=42)
     loader = build_train_dataloader(
-        idx_items(5), DataContext(args=args, data_collator=None, model=IdxModel())
+        idx_items(5), context_without_trainer(args=args, data_collator=None, model=IdxModel())
     )
     assert our_epochs(loader, 2) == [[0, 1], [2, 3]] * 2
 
@@ -221,7 +206,7 @@ def test_two_process_dealing_matches_accelerate(make_args, even_batches):
         set_seed(42)
         ours = build_train_dataloader(
             idx_items(10),
-            DataContext(args=args, data_collator=None, model=IdxModel(), world_size=2, process_index=rank),
+            context_without_trainer(args=args, data_collator=None, model=IdxModel(), world_size=2, process_index=rank),
         )
         items = idx_items(10)
         set_seed(42)
@@ -252,7 +237,7 @@ def test_two_process_eval_is_sequential_batches_dealt_with_padding(make_args):
     for rank in (0, 1):
         ours = build_eval_dataloader(
             items,
-            DataContext(args=args, data_collator=None, model=IdxModel(), world_size=2, process_index=rank),
+            context_without_trainer(args=args, data_collator=None, model=IdxModel(), world_size=2, process_index=rank),
         )
         ref = prepare_data_loader(
             DataLoader(items, batch_size=2, collate_fn=transformers.default_data_collator),
@@ -261,7 +246,7 @@ def test_two_process_eval_is_sequential_batches_dealt_with_padding(make_args):
         )
         assert our_epochs(ours, 1) == ref_epochs(ref, 1)
     assert our_epochs(
-        build_eval_dataloader(items, DataContext(args=args, data_collator=None, model=IdxModel())), 1
+        build_eval_dataloader(items, context_without_trainer(args=args, data_collator=None, model=IdxModel())), 1
     ) == [
         [0, 1],
         [2, 3],
@@ -293,7 +278,7 @@ def test_group_by_length_matches_reference_sampler_and_trainer(make_args):
         expected += ref_get_length_grouped_indices(lengths, 4)
 
     set_seed(42)
-    ours = build_train_dataloader(items, DataContext(args=args, data_collator=collect_idx, model=IdxModel()))
+    ours = build_train_dataloader(items, context_without_trainer(args=args, data_collator=collect_idx, model=IdxModel()))
     our_order = [i for batch in our_epochs(ours, 2) for i in batch]
     assert our_order == expected
 
@@ -320,7 +305,7 @@ def test_length_column_is_read_after_column_removal_like_reference(make_args, re
     ref = [i for batch in ref_epochs(trainer.get_train_dataloader(), 1) for i in batch]
     set_seed(42)
     ours = build_train_dataloader(
-        dataset, DataContext(args=args, data_collator=collect_idx, model=IdxModel())
+        dataset, context_without_trainer(args=args, data_collator=collect_idx, model=IdxModel())
     )
     assert [i for batch in our_epochs(ours, 1) for i in batch] == ref
     assert dataset.column_names == ["idx", "input_ids", "length"]  # the stored dataset keeps its columns
@@ -332,7 +317,7 @@ def test_group_by_length_eval_quirk_matches_reference(make_args):
     trainer = Trainer(model=IdxModel(), args=args, eval_dataset=items, data_collator=collect_idx)
     ref = ref_epochs(trainer.get_eval_dataloader(), 1)
     ours = our_epochs(
-        build_eval_dataloader(items, DataContext(args=args, data_collator=collect_idx, model=IdxModel())), 1
+        build_eval_dataloader(items, context_without_trainer(args=args, data_collator=collect_idx, model=IdxModel())), 1
     )
     assert ours == ref
     expected = list(RefLengthGroupedSampler(3, dataset=items, generator=torch.Generator().manual_seed(11)))
@@ -359,7 +344,7 @@ def test_batch_rebalance_ignores_seeds_and_matches_reference(make_args):
 
     set_seed(7)
     ours = our_epochs(
-        build_train_dataloader(items, DataContext(args=args, data_collator=collect_idx, model=IdxModel())), 2
+        build_train_dataloader(items, context_without_trainer(args=args, data_collator=collect_idx, model=IdxModel())), 2
     )
     assert ours == expected
     trainer = Trainer(model=IdxModel(), args=args, train_dataset=items, data_collator=collect_idx)
@@ -373,7 +358,7 @@ def test_batch_rebalance_is_not_resharded_across_processes(make_args):
     for rank in (0, 1):
         ours = build_train_dataloader(
             items,
-            DataContext(
+            context_without_trainer(
                 args=args, data_collator=collect_idx, model=IdxModel(), world_size=2, process_index=rank
             ),
         )
@@ -403,7 +388,7 @@ def test_unused_columns_removed_like_reference(make_args, tiny_bert):
     dataset = datasets.Dataset.from_dict(table)
     args = make_args(train_sampling_strategy="sequential")
     ref_batch = next(iter(Trainer(model=tiny_bert, args=args, train_dataset=dataset).get_train_dataloader()))
-    ours = build_train_dataloader(dataset, DataContext(args=args, data_collator=None, model=tiny_bert))
+    ours = build_train_dataloader(dataset, context_without_trainer(args=args, data_collator=None, model=tiny_bert))
     our_batch = next(iter(ours))
     assert set(our_batch) == set(ref_batch) == {"labels", "input_ids"}
     for key in ref_batch:
@@ -412,7 +397,7 @@ def test_unused_columns_removed_like_reference(make_args, tiny_bert):
 
     as_dicts = [{k: table[k][i] for k in table} for i in range(6)]
     dict_batch = next(
-        iter(build_train_dataloader(as_dicts, DataContext(args=args, data_collator=None, model=tiny_bert)))
+        iter(build_train_dataloader(as_dicts, context_without_trainer(args=args, data_collator=None, model=tiny_bert)))
     )
     assert set(dict_batch) == {"labels", "input_ids"}
     for key in ref_batch:
@@ -425,14 +410,14 @@ def test_nothing_matching_the_signature_raises(make_args, tiny_bert):
     with pytest.raises(ValueError, match="No columns in the dataset match"):
         Trainer(model=tiny_bert, args=args, train_dataset=dataset).get_train_dataloader()
     with pytest.raises(ValueError, match=r"No columns in the dataset match.*\(input_ids, attention_mask"):
-        build_train_dataloader(dataset, DataContext(args=args, data_collator=None, model=tiny_bert))
+        build_train_dataloader(dataset, context_without_trainer(args=args, data_collator=None, model=tiny_bert))
 
 
 def test_remove_unused_columns_false_keeps_everything(make_args, tiny_bert):
     dataset = datasets.Dataset.from_dict({"input_ids": [[1, 2]] * 2, "idx": [0, 1], "label": [0, 1]})
     args = make_args(remove_unused_columns=False, train_sampling_strategy="sequential")
     batch = next(
-        iter(build_train_dataloader(dataset, DataContext(args=args, data_collator=None, model=tiny_bert)))
+        iter(build_train_dataloader(dataset, context_without_trainer(args=args, data_collator=None, model=tiny_bert)))
     )
     assert set(batch) == {"labels", "input_ids", "idx"}
 
@@ -493,7 +478,7 @@ def test_iterable_dataset_receives_epochs_like_reference(make_args):
     Trainer(model=IdxModel(), args=args, train_dataset=ref_dataset).train()
 
     ours = EpochIterable()
-    loader = build_train_dataloader(ours, DataContext(args=args, data_collator=None, model=IdxModel()))
+    loader = build_train_dataloader(ours, context_without_trainer(args=args, data_collator=None, model=IdxModel()))
     steps = 0
     for epoch in itertools.count():
         set_train_epoch(loader, epoch)
@@ -512,31 +497,31 @@ def test_iterable_dataset_across_processes_is_dealt_for_training_and_evaluation(
     from hf_lightning.data.dataloaders import DispatchingDataLoader
 
     loader = build_train_dataloader(
-        EpochIterable(), DataContext(args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
+        EpochIterable(), context_without_trainer(args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
     )
     assert isinstance(loader, DispatchingDataLoader) and loader.total_batch_size == 2 * loader.batch_size
     assert loader.positions is None  # each process's position differs: a resume replays
     every_process_reads = make_args(accelerator_config={"dispatch_batches": False})
     loader = build_train_dataloader(
         EpochIterable(),
-        DataContext(
+        context_without_trainer(
             args=every_process_reads, data_collator=None, model=IdxModel(), world_size=2, process_index=1
         ),
     )
     assert type(loader.dataset).__name__ == "IterableDatasetShard" and loader.dataset.process_index == 1
     evaluation = build_eval_dataloader(
-        EpochIterable(), DataContext(args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
+        EpochIterable(), context_without_trainer(args=make_args(), data_collator=None, model=IdxModel(), world_size=2)
     )
     assert isinstance(evaluation, DispatchingDataLoader) and evaluation.positions is None
     split = make_args(accelerator_config={"split_batches": True}, per_device_train_batch_size=3)
     with pytest.raises(ValueError, match="split_batches=True with a batch size of 3"):
         build_train_dataloader(
-            EpochIterable(), DataContext(args=split, data_collator=None, model=IdxModel(), world_size=2)
+            EpochIterable(), context_without_trainer(args=split, data_collator=None, model=IdxModel(), world_size=2)
         )
     args = make_args(accelerator_config={"dispatch_batches": True})
     with pytest.raises(ValueError, match="dispatch_batches=True"):
         build_train_dataloader(
-            idx_items(4), DataContext(args=args, data_collator=None, model=IdxModel(), world_size=2)
+            idx_items(4), context_without_trainer(args=args, data_collator=None, model=IdxModel(), world_size=2)
         )
 
 
@@ -557,9 +542,9 @@ def test_dataloader_arguments_match_reference(make_args):
     trainer = Trainer(model=IdxModel(), args=args, train_dataset=idx_items(10), eval_dataset=idx_items(10))
     names = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "in_order")
     pairs = [
-        (build_train_dataloader(idx_items(10), DataContext(args=args, data_collator=None, model=IdxModel())),
+        (build_train_dataloader(idx_items(10), context_without_trainer(args=args, data_collator=None, model=IdxModel())),
          trainer.get_train_dataloader()),
-        (build_eval_dataloader(idx_items(10), DataContext(args=args, data_collator=None, model=IdxModel())),
+        (build_eval_dataloader(idx_items(10), context_without_trainer(args=args, data_collator=None, model=IdxModel())),
          trainer.get_eval_dataloader()),
     ]  # fmt: skip
     for ours, ref in pairs:
@@ -594,7 +579,7 @@ def test_workers_are_seeded_like_reference(make_args):
     def run_ours() -> list[dict]:
         set_seed(42)
         loader = build_train_dataloader(
-            NumpyDraws(), DataContext(args=args, data_collator=None, model=IdxModel())
+            NumpyDraws(), context_without_trainer(args=args, data_collator=None, model=IdxModel())
         )
         return [batch for batch in loader]
 
@@ -642,9 +627,9 @@ def test_num_examples_matches_reference(make_args):
 
 def test_missing_dataset_raises(make_args):
     with pytest.raises(ValueError, match="requires a train_dataset"):
-        build_train_dataloader(None, DataContext(args=make_args(), data_collator=None, model=IdxModel()))
+        build_train_dataloader(None, context_without_trainer(args=make_args(), data_collator=None, model=IdxModel()))
     with pytest.raises(ValueError, match="requires an eval_dataset"):
-        build_eval_dataloader(None, DataContext(args=make_args(), data_collator=None, model=IdxModel()))
+        build_eval_dataloader(None, context_without_trainer(args=make_args(), data_collator=None, model=IdxModel()))
 
 
 def test_worker_init_is_picklable():
@@ -663,9 +648,8 @@ class Block(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Block())
 from types import SimpleNamespace
 import torch
-from hf_lightning.data.context import DataContext
 from hf_lightning.data.dataloaders import set_train_epoch
-from tests.data.loader_builders import build_train_dataloader
+from tests.data.loader_builders import build_train_dataloader, context_without_trainer
 
 class Plain(torch.nn.Module):
     def forward(self, x, labels=None):
@@ -680,7 +664,7 @@ args = SimpleNamespace(
 )
 torch.manual_seed(42)
 items = [{"x": float(i), "labels": i, "junk": "s"} for i in range(10)]
-loader = build_train_dataloader(items, DataContext(args=args, data_collator=None, model=Plain()))
+loader = build_train_dataloader(items, context_without_trainer(args=args, data_collator=None, model=Plain()))
 for epoch in range(2):
     set_train_epoch(loader, epoch)
     batches = list(loader)
@@ -713,11 +697,11 @@ def test_an_iterable_dealt_from_the_first_process_under_tensor_parallel_replicas
     with pytest.raises(ValueError, match="tensor parallelism over 2 data-parallel replicas"):
         build_train_dataloader(
             EpochIterable(),
-            DataContext(args=FourProcesses(), data_collator=None, model=IdxModel(), world_size=2),
+            context_without_trainer(args=FourProcesses(), data_collator=None, model=IdxModel(), world_size=2),
         )
     every_process_reads = make_args(accelerator_config={"dispatch_batches": False})
     FourProcesses.__getattr__ = lambda self, name: getattr(every_process_reads, name)
     loader = build_train_dataloader(
-        EpochIterable(), DataContext(args=FourProcesses(), data_collator=None, model=IdxModel(), world_size=2)
+        EpochIterable(), context_without_trainer(args=FourProcesses(), data_collator=None, model=IdxModel(), world_size=2)
     )
     assert type(loader.dataset).__name__ == "IterableDatasetShard"

@@ -75,7 +75,7 @@ def full_weights(trainer) -> dict:
 
     from hf_lightning.strategies.fsdp.checkpoint import gather_full_state_dict
     from hf_lightning.strategies.fsdp.policies import is_fsdp1_model, is_fsdp2_model
-    from hf_lightning.strategies.tensor_parallel.state import full_state_dict, is_tp_sharded
+    from hf_lightning.strategies.tensor_parallel.shards import full_state_dict, is_tp_sharded
 
     if is_fsdp1_model(trainer.model_wrapped) or is_fsdp2_model(trainer.model):
         state = gather_full_state_dict(trainer.model_wrapped)

@@ -63,7 +63,7 @@ def _weights(trainer, side: str) -> dict:
     import torch
 
     if side == "ours":
-        from hf_lightning.strategies.tensor_parallel.state import full_state_dict
+        from hf_lightning.strategies.tensor_parallel.shards import full_state_dict
 
         state = full_state_dict(trainer.model)
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hf_lightning.translation.field_registry import registry_markdown
+from hf_lightning.translation.handler_table import registry_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 

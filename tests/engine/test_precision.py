@@ -8,7 +8,14 @@ import warnings
 import torch
 
 from hf_lightning import TrainingArguments
-from hf_lightning.engine.precision import forward_autocast, forward_autocast_dtype, lightning_precision_kwargs
+from hf_lightning.core.autocast import planned_autocast_dtype
+from hf_lightning.engine.precision import forward_autocast, lightning_precision_kwargs
+from hf_lightning.translation.translate import translate
+
+
+def forward_autocast_dtype(args: TrainingArguments) -> torch.dtype | None:
+    """The forward's autocast dtype the plan of `args` gives (translated here: no trainer in these tests)."""
+    return planned_autocast_dtype(translate(args, raise_on_refusal=False).module)
 
 
 def test_lightning_gets_no_step_wide_autocast():
@@ -33,7 +40,7 @@ def test_forward_autocast_casts_outputs_back_to_float32(tmp_path):
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, bf16=True)
     inner_dtypes = []
     model.register_forward_hook(lambda module, inputs, output: inner_dtypes.append(output.dtype))
-    with forward_autocast(model, args):
+    with forward_autocast(model, args, translate(args, raise_on_refusal=False).module):
         output = model(torch.randn(2, 4))
     assert inner_dtypes == [torch.bfloat16]
     assert output.dtype == torch.float32
@@ -46,7 +53,7 @@ def test_evaluation_autocasts_as_the_reference_prepares_the_model(tmp_path, monk
     policy). An FSDP run's model not sharded yet (evaluate before train) keeps the autocast."""
     import types
 
-    import hf_lightning.strategies.evaluation as evaluation
+    import hf_lightning.strategies.for_evaluation as evaluation
     from hf_lightning.engine.trainer import HFLightningTrainer
     from hf_lightning.translation.translate import translate
 

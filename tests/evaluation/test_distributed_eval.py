@@ -133,6 +133,7 @@ def test_seq2seq_loss_is_the_reference_and_rows_are_not_duplicated(launches, sin
 def test_uneven_eval_shards_are_refused(monkeypatch):
     from hf_lightning import TrainingArguments
     from hf_lightning.strategies.distributed import check_even_eval_shards
+    from hf_lightning.translation.translate import translate
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
@@ -142,13 +143,12 @@ def test_uneven_eval_shards_are_refused(monkeypatch):
         per_device_eval_batch_size=4,
         accelerator_config={"even_batches": False},
     )
+    uneven = translate(args, raise_on_refusal=False).module
     with pytest.raises(ValueError, match="even_batches=False with 37 evaluation samples"):
-        check_even_eval_shards(args, TaggingData())
-    check_even_eval_shards(
-        args, list(range(16))
-    )  # 16 = 2 rounds of 2 x 4: every process gets the same batches
+        check_even_eval_shards(args, TaggingData(), uneven)
+    check_even_eval_shards(args, list(range(16)), uneven)  # 16 = 2 rounds of 2 x 4: every process gets the same batches
     args.accelerator_config.even_batches = True
-    check_even_eval_shards(args, TaggingData())
+    check_even_eval_shards(args, TaggingData(), translate(args, raise_on_refusal=False).module)
 
 
 def test_a_launch_without_rendezvous_variables_is_refused(monkeypatch):

@@ -28,6 +28,7 @@ from hf_lightning.engine.loss import count_items_in_window, extract_loss
 from hf_lightning.engine.memory import TrainerMemoryTracker
 from hf_lightning.evaluation.methods import EvaluationMixin
 from hf_lightning.translation.translate import translate
+from tests.models import make_tiny_bert_classifier, make_tiny_t5
 
 # ---------------------------------------------------------------------------------------------------------
 # the stand-in facade
@@ -272,37 +273,6 @@ class Stream(IterableDataset):
         return iter(self.items)
 
 
-def tiny_bert():
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-        num_labels=2,
-    )
-    return transformers.BertForSequenceClassification(config)
-
-
-def tiny_t5():
-    torch.manual_seed(0)
-    config = transformers.T5Config(
-        vocab_size=40,
-        d_model=16,
-        d_kv=8,
-        d_ff=32,
-        num_layers=1,
-        num_decoder_layers=1,
-        num_heads=2,
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
-    )
-    return transformers.T5ForConditionalGeneration(config)
-
-
 def build(model_class):
     torch.manual_seed(0)
     return model_class()
@@ -462,7 +432,7 @@ def event_recorder(base):
 def test_evaluate_before_training_tiny_bert(facade, tmp_path):
     """EVAL-2.1 / EVAL-2.9 / EVAL-2.12: keys, sample-weighted loss, preparation time kept, one log entry with `step`."""
     data = toy_data(5)
-    ref, ours = make_pair(facade, tmp_path, tiny_bert(), eval_dataset=data)
+    ref, ours = make_pair(facade, tmp_path, make_tiny_bert_classifier(), eval_dataset=data)
     ref_metrics, our_metrics = ref.evaluate(), ours.evaluate()
     assert list(our_metrics) == [
         "eval_loss",
@@ -712,7 +682,7 @@ def test_predict_encoder_decoder_outputs(facade, tmp_path):
         }
         for _ in range(6)
     ]
-    ref, ours = make_pair(facade, tmp_path, tiny_t5())
+    ref, ours = make_pair(facade, tmp_path, make_tiny_t5())
     our_output = ours.predict(data)
     assert_predictions_match(our_output, ref.predict(data))
     assert [p.shape for p in our_output.predictions] == [(6, 3, 40), (6, 5, 16)]

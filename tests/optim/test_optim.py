@@ -15,12 +15,6 @@ import transformers
 import transformers.trainer_optimizer as ref_optim
 from torch import nn
 from transformers import (
-    BertConfig,
-    BertForSequenceClassification,
-    GPT2Config,
-    GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
     Trainer,
     TrainingArguments,
 )
@@ -40,45 +34,11 @@ from hf_lightning.optim.optimizers import (
     parse_optim_args,
 )
 from hf_lightning.optim.schedulers import get_scheduler
+from tests.models import make_tiny_bert_classifier, make_tiny_gpt2, make_tiny_llama
 
 # --------------------------------------------------------------------------------------------
 # Models
 # --------------------------------------------------------------------------------------------
-
-
-def tiny_bert() -> nn.Module:
-    torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-    )
-    return BertForSequenceClassification(cfg)
-
-
-def tiny_gpt2() -> nn.Module:
-    torch.manual_seed(0)
-    cfg = GPT2Config(
-        vocab_size=50, n_embd=16, n_layer=2, n_head=2, n_positions=32, bos_token_id=0, eos_token_id=0
-    )
-    return GPT2LMHeadModel(cfg)
-
-
-def tiny_llama() -> nn.Module:
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=50,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=32,
-    )
-    return LlamaForCausalLM(cfg)
 
 
 class MyLayerNorm(nn.LayerNorm):
@@ -105,7 +65,7 @@ class Custom(nn.Module):
         self.lm_head = nn.Linear(4, 5)
 
 
-MODELS = {"bert": tiny_bert, "gpt2": tiny_gpt2, "llama": tiny_llama, "custom": Custom}
+MODELS = {"bert": make_tiny_bert_classifier, "gpt2": make_tiny_gpt2, "llama": make_tiny_llama, "custom": Custom}
 
 # R5.2's examples: (model, name, decays?)
 SPEC_DECAY_EXAMPLES = [
@@ -238,7 +198,7 @@ def test_torch_only_names_match_reference(tmp_out, models, optim, optim_args):
 def test_sgd_spec_check_groups(tmp_out):
     # R5.1: weight_decay in optim_args never overrides the groups' decay.
     args = ref_args(tmp_out, optim="sgd", optim_args="momentum=0.9,weight_decay=0.5", weight_decay=0.01)
-    opt = create_optimizer(tiny_bert(), args)
+    opt = create_optimizer(make_tiny_bert_classifier(), args)
     assert type(opt) is torch.optim.SGD
     assert [g["weight_decay"] for g in opt.param_groups] == [0.01, 0.0]
     assert [g["momentum"] for g in opt.param_groups] == [0.9, 0.9]
@@ -377,7 +337,7 @@ class SGDFactory:
     ],
 )
 def test_create_optimizer_with_optimizer_cls_and_kwargs_matches_trainer(tmp_out, cls_and_kwargs):
-    model = tiny_bert()
+    model = make_tiny_bert_classifier()
     args = ref_args(tmp_out, weight_decay=0.05)
     user_kwargs = dict(cls_and_kwargs[1])
     ref_opt = Trainer(model=model, args=args, optimizer_cls_and_kwargs=cls_and_kwargs).create_optimizer()
@@ -436,7 +396,7 @@ def test_missing_package_raises_value_error_naming_pip(monkeypatch, optim):
     module, pip_name = OPTIONAL[optim]
     monkeypatch.setattr(optim_context, "package_version", lambda m: None)
     with pytest.raises(MissingOptimizerPackageError) as info:
-        get_optimizer_cls_and_kwargs(_duck_args(optim), tiny_gpt2())
+        get_optimizer_cls_and_kwargs(_duck_args(optim), make_tiny_gpt2())
     message = str(info.value)
     assert isinstance(info.value, ValueError) and isinstance(info.value, ImportError)
     assert repr(optim) in message and f"`{module}`" in message
@@ -450,7 +410,7 @@ def test_missing_package_raises_value_error_naming_pip(monkeypatch, optim):
 def test_too_old_package_raises(monkeypatch, optim, too_old):
     monkeypatch.setattr(optim_context, "package_version", lambda m: too_old)
     with pytest.raises(ValueError, match=f"version {too_old} is installed"):
-        get_optimizer_cls_and_kwargs(_duck_args(optim), tiny_gpt2())
+        get_optimizer_cls_and_kwargs(_duck_args(optim), make_tiny_gpt2())
 
 
 def test_package_version_of_real_and_absent_modules():
@@ -583,7 +543,7 @@ def test_optional_names_match_reference_with_stand_in_packages(tmp_out, fake_pac
         optim_target_modules=["attn", "mlp"],
     )
     args = ref_args(tmp_out, **kw)
-    model_ref, model_ours = tiny_llama(), tiny_llama()
+    model_ref, model_ours = make_tiny_llama(), make_tiny_llama()
     ref_cls, ref_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model_ref)
     cls, kwargs = get_optimizer_cls_and_kwargs(args, model_ours)
     if optim.endswith("layerwise"):
@@ -596,7 +556,7 @@ def test_optional_names_match_reference_with_stand_in_packages(tmp_out, fake_pac
 
 
 def test_bnb_8bit_keeps_embeddings_in_32_bit_like_reference(tmp_out, fake_packages):
-    model = tiny_bert()
+    model = make_tiny_bert_classifier()
     args = ref_args(tmp_out, optim="adamw_bnb_8bit", weight_decay=0.01)
     Trainer(model=model, args=args).create_optimizer()
     ref_overrides, FakeManager.overrides = FakeManager.overrides, []
@@ -607,7 +567,7 @@ def test_bnb_8bit_keeps_embeddings_in_32_bit_like_reference(tmp_out, fake_packag
 
 
 def test_lomo_gets_the_model_instead_of_groups(fake_packages):
-    model = tiny_gpt2()
+    model = make_tiny_gpt2()
     opt = create_optimizer(model, _duck_args("adalomo"))
     assert type(opt).__name__ == "AdaLomo"
     assert opt.param_groups[0]["params"] == list(model.parameters())  # built from the model itself
@@ -619,7 +579,7 @@ def test_layerwise_low_rank_setup_trains_like_reference(tmp_out):
     ids = torch.arange(8).reshape(2, 4)
     results = []
     for impl in ("ours", "ref"):
-        model = tiny_llama()
+        model = make_tiny_llama()
         if impl == "ours":
             cls, kwargs = optim_extras.setup_low_rank_optimizer(
                 args, model, "galore_adamw_layerwise", torch.optim.AdamW, {"weight_decay": 0.5}, {"lr": 1e-2}
@@ -655,7 +615,7 @@ def test_layerwise_low_rank_setup_trains_like_reference(tmp_out):
     assert {g["weight_decay"] for g in g_ours} == {0.5, 0.01}  # target q/v weights vs the rest
     for a, b in zip(p_ours, p_ref):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
-    assert not torch.equal(p_ours[0], tiny_llama().model.embed_tokens.weight)  # training happened
+    assert not torch.equal(p_ours[0], make_tiny_llama().model.embed_tokens.weight)  # training happened
 
 
 def test_optim_and_schedulers_work_without_transformers():

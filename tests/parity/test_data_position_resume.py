@@ -271,14 +271,17 @@ def test_a_damaged_record_makes_the_checkpoint_invalid_for_resume_true(tmp_path)
 def test_only_the_train_loader_records_positions():
     # An eval loop never resumes into its dataset: reading state_dict() before each eval batch is pure overhead.
     from hf_lightning import TrainingArguments
-    from hf_lightning.data.context import DataContext
-    from tests.data.loader_builders import build_eval_dataloader, build_train_dataloader
+    from tests.data.loader_builders import (
+        build_eval_dataloader,
+        build_train_dataloader,
+        context_without_trainer,
+    )
 
     args = TrainingArguments(output_dir="unused", use_cpu=True, report_to="none", per_device_train_batch_size=2)
     items = regression_data(8).items
     common = dict(args=args, data_collator=None, model=DropoutMLP(0))
-    assert build_train_dataloader(PositionedStream(items), DataContext(**common)).positions is not None
-    assert build_eval_dataloader(PositionedStream(items), DataContext(**common)).positions is None
+    assert build_train_dataloader(PositionedStream(items), context_without_trainer(**common)).positions is not None
+    assert build_eval_dataloader(PositionedStream(items), context_without_trainer(**common)).positions is None
 
 
 def test_an_hf_datasets_stream_forgets_the_loaded_position_once_the_resumed_pass_started(tmp_path):

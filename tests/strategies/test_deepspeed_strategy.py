@@ -514,7 +514,7 @@ def test_deepspeed_input_dtype_is_the_references(tmp_path, sections, bf16, expec
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
 
     from hf_lightning import TrainingArguments
-    from hf_lightning.strategies.evaluation import deepspeed_input_dtype
+    from hf_lightning.strategies.for_evaluation import deepspeed_input_dtype
 
     config = {"zero_optimization": {"stage": 2}, **sections}
     reference_config = HfTrainerDeepSpeedConfig(json.loads(json.dumps(config)))

@@ -28,7 +28,7 @@ from hf_lightning.engine.precision import forward_only_mixed_precision_class
 from hf_lightning.strategies.build import build_strategy
 from hf_lightning.strategies.fsdp.strategy import HFFSDP2Strategy, HFFSDPStrategy, build_fsdp_strategy
 from hf_lightning.translation.environment import Environment
-from hf_lightning.translation.registry.distributed import fsdp_plugin_args
+from hf_lightning.translation.handlers.distributed import fsdp_plugin_args
 from hf_lightning.translation.translate import translate
 from tests.models import make_tiny_bert_classifier, make_tiny_gpt2
 

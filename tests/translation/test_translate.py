@@ -18,12 +18,13 @@ from lightning.pytorch.strategies import DDPStrategy
 from hf_lightning.integrations.logger_backends.tensorboard import default_logdir
 from hf_lightning.integrations.loggers import build_loggers
 from hf_lightning.strategies.build import build_strategy, resolve_ddp_kwargs
-from hf_lightning.strategies.process_group import process_group_kwargs
+from hf_lightning.strategies.process_group_options import process_group_kwargs
 from hf_lightning.translation.environment import Environment
+from hf_lightning.translation.handlers.core import STATUSES
+from hf_lightning.translation.handlers.distributed import fsdp_config
 from hf_lightning.translation.plan import Plan
-from hf_lightning.translation.registry.core import STATUSES
-from hf_lightning.translation.registry.distributed import fsdp_config
 from hf_lightning.translation.translate import explain, translate
+from tests.models import make_tiny_bert_classifier
 
 CPU = Environment(installed_loggers=frozenset({"tensorboard"}))
 ONE_GPU = Environment(cuda_available=True, cuda_device_count=1, installed_loggers=frozenset({"tensorboard"}))
@@ -201,20 +202,13 @@ def test_ddp_plan_builds_a_real_lightning_trainer(make_args):
     assert trainer.strategy._ddp_kwargs["bucket_cap_mb"] == 25
 
 
-def _tiny_bert():
-    config = transformers.BertConfig(
-        vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8
-    )
-    return transformers.BertForSequenceClassification(config)
-
-
 def test_find_unused_parameters_default_follows_r7_3(make_args):
     plan = translate(make_args(), DDP_2)
     assert plan.strategy.find_unused_parameters is None
     assert resolve_ddp_kwargs(plan, torch.nn.Linear(2, 2))["find_unused_parameters"] is True
-    assert resolve_ddp_kwargs(plan, _tiny_bert())["find_unused_parameters"] is True
+    assert resolve_ddp_kwargs(plan, make_tiny_bert_classifier())["find_unused_parameters"] is True
     checkpointing = translate(make_args(activation_checkpointing=True), DDP_2)
-    assert resolve_ddp_kwargs(checkpointing, _tiny_bert())["find_unused_parameters"] is False
+    assert resolve_ddp_kwargs(checkpointing, make_tiny_bert_classifier())["find_unused_parameters"] is False
     assert resolve_ddp_kwargs(checkpointing, torch.nn.Linear(2, 2))["find_unused_parameters"] is True
     explicit = translate(make_args(ddp_find_unused_parameters=False), DDP_2)
     assert resolve_ddp_kwargs(explicit, torch.nn.Linear(2, 2))["find_unused_parameters"] is False
@@ -545,7 +539,7 @@ def _plain_arguments(**values):
     """A duck-typed arguments object holding the registry's defaults in their post-init form."""
     from types import SimpleNamespace
 
-    from hf_lightning.translation.field_registry import TRAINING_ARGUMENTS_REGISTRY
+    from hf_lightning.translation.handler_table import TRAINING_ARGUMENTS_REGISTRY
 
     fields = {name: entry.default for name, entry in TRAINING_ARGUMENTS_REGISTRY.items()}
     fields.update(output_dir="trainer_output", report_to=[], debug=[], activation_checkpointing=False)
@@ -571,7 +565,7 @@ def test_translate_runs_without_transformers_or_accelerate():
         "import sys; sys.modules['transformers'] = None; sys.modules['accelerate'] = None\n"
         "from types import SimpleNamespace\n"
         "from hf_lightning.translation.translate import translate, explain, Environment\n"
-        "from hf_lightning.translation.field_registry import TRAINING_ARGUMENTS_REGISTRY as R\n"
+        "from hf_lightning.translation.handler_table import TRAINING_ARGUMENTS_REGISTRY as R\n"
         "fields = {n: e.default for n, e in R.items()}\n"
         "fields.update(output_dir='o', report_to=['csv'], debug=[], use_cpu=True)\n"
         "plan = translate(SimpleNamespace(**fields), Environment())\n"

@@ -15,7 +15,7 @@ import torch
 
 from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.evaluation.helpers import last_batch_remainder
-from hf_lightning.strategies.tensor_parallel.state import trainer_tp_size
+from hf_lightning.strategies.tensor_parallel.shards import trainer_tp_size
 
 
 class DistributedType(str, enum.Enum):

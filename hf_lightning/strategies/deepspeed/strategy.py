@@ -49,7 +49,7 @@ from hf_lightning.core.checkpoint_files import (
 from hf_lightning.data.model_inputs import is_peft_model
 from hf_lightning.strategies.deepspeed.safe_load import verify_engine_checkpoint
 from hf_lightning.strategies.deepspeed.steps import engine_global_grad_norm, engine_learning_rate
-from hf_lightning.strategies.process_group import process_group_kwargs
+from hf_lightning.strategies.process_group_options import process_group_kwargs
 
 if TYPE_CHECKING:
     from hf_lightning.translation.plan import Plan

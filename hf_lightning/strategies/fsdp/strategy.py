@@ -23,7 +23,7 @@ from hf_lightning.strategies.fsdp.policies import (
     is_fsdp_plan,
     mixed_precision_dtype,
 )
-from hf_lightning.strategies.process_group import process_group_kwargs
+from hf_lightning.strategies.process_group_options import process_group_kwargs
 from hf_lightning.strategies.uneven_nodes import launched_world_size
 
 

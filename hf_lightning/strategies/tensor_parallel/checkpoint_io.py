@@ -10,7 +10,7 @@ import torch
 
 from hf_lightning.core.checkpoint_files import OPTIMIZER_NAME
 from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO
-from hf_lightning.strategies.tensor_parallel.state import (
+from hf_lightning.strategies.tensor_parallel.shards import (
     full_optimizer_state,
     full_state_dict,
     is_tp_sharded,

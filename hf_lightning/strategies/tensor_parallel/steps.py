@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from hf_lightning.strategies.steps import StrategySteps
-from hf_lightning.strategies.tensor_parallel.state import clip_tp_grad_norm
+from hf_lightning.strategies.tensor_parallel.shards import clip_tp_grad_norm
 
 
 class TensorParallelSteps(StrategySteps):

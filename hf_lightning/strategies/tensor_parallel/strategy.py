@@ -10,13 +10,13 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import nn
 
-from hf_lightning.strategies.process_group import process_group_kwargs
+from hf_lightning.strategies.process_group_options import process_group_kwargs
 from hf_lightning.strategies.tensor_parallel.plans import (
     SPLIT_BY_THE_TRAINER,
     resolved_tp_plan,
     tp_model_refusal,
 )
-from hf_lightning.strategies.tensor_parallel.state import is_tp_sharded
+from hf_lightning.strategies.tensor_parallel.shards import is_tp_sharded
 
 __all__ = ["HFTensorParallelStrategy", "build_tp_strategy"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hf_lightning.translation.registry.core import (
+from hf_lightning.translation.handlers.core import (
     Context,
     Decision,
     FieldEntry,
@@ -15,7 +15,7 @@ from hf_lightning.translation.registry.core import (
     refused,
     script_flag,
 )
-from hf_lightning.translation.registry.distributed import parallelism_config_decision
+from hf_lightning.translation.handlers.distributed import parallelism_config_decision
 
 # ------------------------------------------------------------------ reproducibility
 

@@ -1,4 +1,4 @@
-"""The field registry covers every reference field exactly once, with the reference's defaults."""
+"""The handler table covers every reference field exactly once, with the reference's defaults."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import dataclasses
 import pytest
 import transformers
 
-import hf_lightning.translation.field_registry as field_registry
-from hf_lightning.translation.field_registry import (
+import hf_lightning.translation.handler_table as handler_table
+from hf_lightning.translation.handler_table import (
     FIELD_HANDLERS,
     FIELD_REGISTRY,
     SEQ2SEQ_REGISTRY,
     TRAINING_ARGUMENTS_REGISTRY,
     registry_markdown,
 )
-from hf_lightning.translation.registry import distributed, evaluation, reporting, system, training
-from hf_lightning.translation.registry.core import STATUSES, FieldEntry, always
+from hf_lightning.translation.handlers import distributed, evaluation, reporting, system, training
+from hf_lightning.translation.handlers.core import STATUSES, FieldEntry, always
 
 REFERENCE_FIELDS = [f.name for f in dataclasses.fields(transformers.TrainingArguments)]
 REFERENCE_SEQ2SEQ_FIELDS = [f.name for f in dataclasses.fields(transformers.Seq2SeqTrainingArguments)]
@@ -55,7 +55,7 @@ def test_each_field_is_registered_exactly_once_across_the_theme_modules():
 def test_registering_a_field_twice_is_an_error():
     entry = FieldEntry("seed", 42, always("x"), "doc")
     with pytest.raises(RuntimeError, match="seed"):
-        field_registry._build([entry], [entry])
+        handler_table._build([entry], [entry])
 
 
 def test_handler_table_maps_every_field_to_a_callable():

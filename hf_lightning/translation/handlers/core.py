@@ -113,28 +113,30 @@ Handler = Callable[[str, Any, Context], Decision]
 
 @dataclass(frozen=True)
 class FieldEntry:
-    """One row of the registry: the reference's field, its default, its handler and README text."""
+    """One row of the registry: the reference's field, its default, its handler and README text.
+
+    `carries=(section, key)`: the plan carries the field's value as `<section>.<key>` (`section` one of
+    "evaluation", "checkpointing", "logging", "hub"); that section's component reads it there, not on the arguments.
+    """
 
     name: str
     default: Any
     handler: Handler
     doc: str
     support: str | None = None  # the README's "supported" cell when it is not "yes" (e.g. only the default is)
+    carries: tuple[str, str] | None = None
 
-
-# ---------------------------------------------------------------- handler factories
-
-
-def carried(section: str, key: str, handler: Handler) -> Handler:
-    """`handler`, with the field's value carried by the plan as `<section>.<key>` (`section` one of "evaluation",
-    "checkpointing", "logging", "hub"): the component of that section reads it there, not on the arguments."""
-
-    def carrying(field_name: str, value: Any, ctx: Context) -> Decision:
-        decision = handler(field_name, value, ctx)
+    def decide(self, value: Any, ctx: Context) -> Decision:
+        """The handler's decision on `value`, with the value added to the section the entry carries it in."""
+        decision = self.handler(self.name, value, ctx)
+        if self.carries is None:
+            return decision
+        section, key = self.carries
         contribution = {**getattr(decision, section), key: tuple(value) if isinstance(value, list) else value}
         return dataclasses.replace(decision, **{section: contribution})
 
-    return carrying
+
+# ---------------------------------------------------------------- handler factories
 
 
 def always(how: str) -> Handler:

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hf_lightning.translation.logger_specs import (
-    logger_specs,
-    reference_integrations,
-    report_to_of,
-    requested_loggers,
-)
-from hf_lightning.translation.registry.core import (
+from hf_lightning.translation.handlers.core import (
     Context,
     Decision,
     FieldEntry,
@@ -18,6 +12,12 @@ from hf_lightning.translation.registry.core import (
     honoured,
     not_applicable,
     refused,
+)
+from hf_lightning.translation.logger_specs import (
+    logger_specs,
+    reference_integrations,
+    report_to_of,
+    requested_loggers,
 )
 
 
@@ -117,6 +117,7 @@ ENTRIES: list[FieldEntry] = [
         True,
         always("HFLightningModule: NaN/Inf micro-losses replaced in the logged average when True (R6.3)"),
         "NaN/Inf filter of the logged loss",
+        carries=("logging", "nan_inf_filter"),
     ),
     FieldEntry("include_num_input_tokens_seen", "no", _include_num_input_tokens_seen, "token counting"),
     FieldEntry(

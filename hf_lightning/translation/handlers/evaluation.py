@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hf_lightning.translation.registry.core import (
+from hf_lightning.translation.handlers.core import (
     Context,
     Decision,
     FieldEntry,
@@ -170,24 +170,28 @@ ENTRIES: list[FieldEntry] = [
         False,
         always("facade: evaluation returns only the loss"),
         "loss-only evaluation",
+        carries=("evaluation", "prediction_loss_only"),
     ),
     FieldEntry(
         "eval_on_start",
         False,
         always("facade: one evaluation before the first update"),
         "evaluation before the first update",
+        carries=("evaluation", "on_start"),
     ),
     FieldEntry(
         "eval_do_concat_batches",
         True,
         always("facade: predictions concatenated across batches"),
         "concatenate predictions",
+        carries=("evaluation", "do_concat_batches"),
     ),
     FieldEntry(
         "eval_use_gather_object",
         False,
         always("facade: gathers arbitrary objects across processes"),
         "gather Python objects",
+        carries=("evaluation", "use_gather_object"),
     ),
     FieldEntry(
         "eval_accumulation_steps",
@@ -198,6 +202,7 @@ ENTRIES: list[FieldEntry] = [
             "offloaded and the metric values do not depend on it; predict() offloads as with a callable"
         ),
         "offload predictions; with a torchmetrics `compute_metrics`, `evaluate()` keeps none (only losses offloaded)",
+        carries=("evaluation", "accumulation_steps"),
     ),
     FieldEntry(
         "include_for_metrics",
@@ -207,6 +212,7 @@ ENTRIES: list[FieldEntry] = [
             "value is refused at construction (at evaluate() / predict() when compute_metrics is assigned later)"
         ),
         "extra inputs of compute_metrics; refused with a torchmetrics `compute_metrics` (it gets predictions, labels)",
+        carries=("evaluation", "include_for_metrics"),
     ),
     FieldEntry(
         "batch_eval_metrics",
@@ -217,18 +223,21 @@ ENTRIES: list[FieldEntry] = [
             "per batch and computed once"
         ),
         "per-batch metrics; refused with a torchmetrics `compute_metrics` (already updated per batch)",
+        carries=("evaluation", "batch_eval_metrics"),
     ),
     FieldEntry(
         "save_only_model",
         False,
         _save_option("checkpoint/checkpointer.py: model weights only, no optimizer, scheduler or RNG files"),
         "checkpoints without optimizer state",
+        carries=("checkpointing", "save_only_model"),
     ),
     FieldEntry(
         "save_strategy",
         "steps",
         _save_strategy,
         "checkpoints during training, written atomically",
+        carries=("checkpointing", "save_strategy"),
     ),
     FieldEntry(
         "save_steps",
@@ -247,42 +256,49 @@ ENTRIES: list[FieldEntry] = [
         None,
         _save_option("checkpoint/files.py rotate_checkpoints: rotation, keeping the best (CKPT-3.9)"),
         "checkpoint rotation",
+        carries=("checkpointing", "save_total_limit"),
     ),
     FieldEntry(
         "enable_jit_checkpoint", False, _enable_jit_checkpoint, "checkpoint on SIGTERM"
     ),
-    FieldEntry("push_to_hub", False, _push_to_hub, "Hub pushes: repo created at construction, each save pushed in the background, push_to_hub() at the end"),
+    FieldEntry("push_to_hub", False, _push_to_hub, "Hub pushes: repo created at construction, each save pushed in the background, push_to_hub() at the end", carries=("hub", "push_to_hub")),
     FieldEntry(
         "hub_token", None, _hub_option("the token of every Hub call; never written to disk"),
         "token of every Hub call (else HF_TOKEN / the cached login), checked before training; never written",
     ),
-    FieldEntry("hub_private_repo", None, _hub_option("visibility of the repo it creates"), "visibility of the repo the trainer creates"),
+    FieldEntry("hub_private_repo", None, _hub_option("visibility of the repo it creates"), "visibility of the repo the trainer creates", carries=("hub", "private_repo")),
     FieldEntry(
-        "hub_model_id", None, _hub_option("the repo pushed to (default: the name of output_dir)"), "repo pushed to (default: the name of output_dir)"
+        "hub_model_id", None, _hub_option("the repo pushed to (default: the name of output_dir)"), "repo pushed to (default: the name of output_dir)",
+        carries=("hub", "model_id"),
     ),
     FieldEntry(
         "hub_strategy", "every_save",
         _hub_option("what each save pushes (end, every_save, checkpoint, all_checkpoints)"), "what a save pushes: end, every_save, checkpoint (last-checkpoint/), all_checkpoints",
+        carries=("hub", "strategy"),
     ),
     FieldEntry(
         "hub_always_push", False, _hub_option("a save pushes even while the previous push runs"),
         "a save pushes even while the previous push still runs",
+        carries=("hub", "always_push"),
     ),
-    FieldEntry("hub_revision", None, _hub_option("the branch every push commits to"), "branch every push commits to"),
+    FieldEntry("hub_revision", None, _hub_option("the branch every push commits to"), "branch every push commits to", carries=("hub", "revision")),
     FieldEntry(
         "load_best_model_at_end",
         False,
         _load_best_model_at_end,
         "reload the best checkpoint (needs evaluation and checkpoints)",
+        carries=("checkpointing", "load_best_model_at_end"),
     ),
     FieldEntry(
         "metric_for_best_model",
         None,
         _best_metric_option,
         "metric that defines the best model",
+        carries=("checkpointing", "metric_for_best_model"),
     ),
     FieldEntry(
-        "greater_is_better", None, _best_metric_option, "direction of that metric"
+        "greater_is_better", None, _best_metric_option, "direction of that metric",
+        carries=("checkpointing", "greater_is_better"),
     ),
     FieldEntry(
         "ignore_data_skip",
@@ -293,6 +309,7 @@ ENTRIES: list[FieldEntry] = [
             "after the first window, as the reference does"
         ),
         "resume without skipping batches",
+        carries=("checkpointing", "ignore_data_skip"),
     ),
     FieldEntry(
         "restore_callback_states_from_checkpoint",
@@ -302,6 +319,7 @@ ENTRIES: list[FieldEntry] = [
             "attributes and appended after the others; the stored TrainerControl replaces trainer.control"
         ),
         "restore callbacks on resume",
+        carries=("checkpointing", "restore_callback_states_from_checkpoint"),
     ),
 ]
 

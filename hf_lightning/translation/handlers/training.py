@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hf_lightning.translation.registry.core import (
+from hf_lightning.translation.handlers.core import (
     Context,
     Decision,
     FieldEntry,
@@ -373,8 +373,12 @@ ENTRIES: list[FieldEntry] = [
     FieldEntry(
         "fp16", False, _fp16, "Lightning `precision='16-mixed'` on GPU; `'32-true'` on CPU, as the reference"
     ),
-    FieldEntry("bf16_full_eval", False, _full_eval, "bf16 evaluation outside training"),
-    FieldEntry("fp16_full_eval", False, _full_eval, "fp16 evaluation outside training"),
+    FieldEntry(
+        "bf16_full_eval", False, _full_eval, "bf16 evaluation outside training", carries=("evaluation", "bf16_full_eval")
+    ),
+    FieldEntry(
+        "fp16_full_eval", False, _full_eval, "fp16 evaluation outside training", carries=("evaluation", "fp16_full_eval")
+    ),
     FieldEntry("tf32", None, _tf32, "TF32 matmul mode (refused without a CUDA GPU)"),
     FieldEntry(
         "activation_checkpointing",

@@ -10,6 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from hf_lightning.args.fsdp_plugin import fsdp_plugin_args_from_config
 from hf_lightning.args.parallel import apply_legacy_fsdp_to_config
+from hf_lightning.translation.handlers.core import (
+    Context,
+    Decision,
+    FieldEntry,
+    honoured,
+    not_applicable,
+    refused,
+)
 from hf_lightning.translation.parallelism import (
     mesh_description,
     parallelism_refusal,
@@ -18,14 +26,6 @@ from hf_lightning.translation.parallelism import (
     tensor_parallel_size,
 )
 from hf_lightning.translation.plan import DeepSpeedDetails, FSDPDetails
-from hf_lightning.translation.registry.core import (
-    Context,
-    Decision,
-    FieldEntry,
-    honoured,
-    not_applicable,
-    refused,
-)
 
 if TYPE_CHECKING:
     from hf_lightning.translation.environment import Environment

@@ -11,7 +11,7 @@ import torch
 from hf_lightning.core.autocast import planned_autocast_dtype
 from hf_lightning.strategies.deepspeed.steps import deepspeed_input_dtype
 from hf_lightning.strategies.fsdp.policies import is_fsdp2_model
-from hf_lightning.strategies.tensor_parallel.state import trainer_tp_size
+from hf_lightning.strategies.tensor_parallel.shards import trainer_tp_size
 
 
 def _uses_deepspeed(plan: Any) -> bool:
