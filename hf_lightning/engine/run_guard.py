@@ -155,11 +155,11 @@ class RunGuard(pl.Callback):
         pending, self._pending = self._pending, []
         if not pending:
             return
-        rows = [_update_values(losses, grad_norm) for _, losses, grad_norm, _ in pending]
+        rows = _window_values(pending)
         if self.action == "skip":  # whether to renew the snapshot after this decision, agreed in the same all-reduce
             due = float(self._snapshot.due())
-            rows.append(torch.tensor([due, due], device=rows[0].device))
-        reduced = _reduced(torch.stack(rows)).tolist()
+            rows = torch.cat([rows, torch.tensor([[due, due]], device=rows.device)])
+        reduced = _reduced(rows).tolist()
         if self.action == "skip":
             self._renew_snapshot = reduced.pop()[0] > 0  # any process due: all renew
         for (step, _, _, window), values in zip(pending, reduced):
@@ -330,6 +330,18 @@ def _mean(detector: SpikeDetection | None) -> float:
     if detector is None:
         return math.nan
     return float(detector.running_mean.compute())
+
+
+def _window_values(pending: list) -> torch.Tensor:
+    """The (loss, grad norm) rows of the updates since the last decision, float32 on the loss's device: stacked
+    column by column when each update has one loss and a norm tensor (the usual case), else update by update."""
+    losses = [entry[1] for entry in pending]
+    norms = [entry[2] for entry in pending]
+    if all(len(terms) == 1 for terms in losses) and all(isinstance(norm, torch.Tensor) for norm in norms):
+        loss_column = torch.stack([terms[0].detach().reshape(()) for terms in losses]).float()
+        norm_column = torch.stack([norm.detach().reshape(()) for norm in norms]).float().to(loss_column.device)
+        return torch.stack([loss_column, norm_column], dim=1)
+    return torch.stack([_update_values(terms, norm) for terms, norm in zip(losses, norms)])
 
 
 def _update_values(losses: list, grad_norm: Any) -> torch.Tensor:
