@@ -51,6 +51,7 @@ def test_evaluation_autocasts_as_the_reference_prepares_the_model(tmp_path, monk
     """evaluate / predict autocast the forward for fp16 / bf16, except where accelerate prepares the model
     without autocast: DeepSpeed, and a model FSDP2 sharded in training (its mixed precision is the sharding
     policy). An FSDP run's model not sharded yet (evaluate before train) keeps the autocast."""
+    import dataclasses
     import types
 
     import hf_lightning.strategies.for_evaluation as evaluation
@@ -59,18 +60,16 @@ def test_evaluation_autocasts_as_the_reference_prepares_the_model(tmp_path, monk
 
     sharded = torch.nn.Linear(2, 2)
 
-    def eval_dtype(model=None, is_deepspeed_enabled: bool = False, **fields) -> torch.dtype | None:
+    def eval_dtype(model=None, deepspeed_plan: bool = False, **fields) -> torch.dtype | None:
         args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, bf16=True, **fields)
-        facade = types.SimpleNamespace(
-            args=args,
-            plan=translate(args, raise_on_refusal=False),
-            model=model or torch.nn.Linear(2, 2),
-            is_deepspeed_enabled=is_deepspeed_enabled,
-        )
+        plan = translate(args, raise_on_refusal=False)
+        if deepspeed_plan:  # the plan of a DeepSpeed run (its strategy section; DeepSpeed itself needs CUDA)
+            plan = dataclasses.replace(plan, strategy=types.SimpleNamespace(name="deepspeed"))
+        facade = types.SimpleNamespace(args=args, plan=plan, model=model or torch.nn.Linear(2, 2))
         return HFLightningTrainer._mixed_precision_dtype(facade)
 
     assert eval_dtype() == torch.bfloat16
-    assert eval_dtype(is_deepspeed_enabled=True) is None
+    assert eval_dtype(deepspeed_plan=True) is None
     assert eval_dtype(fsdp=True) == torch.bfloat16  # not sharded yet
     monkeypatch.setattr(evaluation, "is_fsdp2_model", lambda model: model is sharded)
     assert eval_dtype(sharded, fsdp=True) is None
