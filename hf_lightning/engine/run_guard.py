@@ -5,8 +5,9 @@ It watches each update's training loss (the sum of its window's micro-batch loss
 optionally, its gradient norm, with Lightning's `SpikeDetection` (its running window, warmup, mode, atol and rtol;
 one detector per watched value); a non-finite loss or gradient norm is always an event. The engine feeds it from
 inside the training step (engine/module.py), so Lightning's loop calls nothing of it per batch: each update's values
-stay on the device until the next decision, at a training log (one all-reduce and one host read there, nothing on
-other steps), so a decision lags by at most one logging window.
+stay on the device until the next decision, at a training log (one all-reduce and one host read there, plus one
+collective making FSDP2's sharded gradient norms whole; nothing on other steps), so a decision lags by at most one
+logging window.
 - `skip`: the update of an offending window is not applied (weights, optimizer state, scheduler, step counter and
   random state as if its micro-batches were absent; their loss leaves the logged loss). At train start, and at a
   decision that finds nothing once the time since the last copy is 100 times its cost, the run is kept in CPU memory,
