@@ -5,8 +5,9 @@ It watches each update's training loss (the sum of its window's micro-batch loss
 optionally, its gradient norm, with Lightning's `SpikeDetection` (its running window, warmup, mode, atol and rtol;
 one detector per watched value); a non-finite loss or gradient norm is always an event. The engine feeds it from
 inside the training step (engine/module.py), so Lightning's loop calls nothing of it per batch: each update's values
-stay on the device until the next decision, at a training log (one all-reduce and one host read there, nothing on
-other steps), so a decision lags by at most one logging window.
+stay on the device until the next decision, at a training log (one all-reduce and one host read there, plus one
+collective making FSDP2's sharded gradient norms whole; nothing on other steps), so a decision lags by at most one
+logging window.
 - `skip`: the update of an offending window is not applied (weights, optimizer state, scheduler, step counter and
   random state as if its micro-batches were absent; their loss leaves the logged loss). At train start, and at a
   decision that finds nothing once the time since the last copy is 100 times its cost, the run is kept in CPU memory,
@@ -268,7 +269,9 @@ class RunGuard(pl.Callback):
         else:
             control.should_save = True  # saved at this step boundary, right after the decision
         found = checkpoint_before(facade._get_output_dir(trial=run.trial), event["step"])
-        run.guard_stop = _stop_message(event, facade.state.global_step, found, reason)
+        # `skip` is named only where it runs (refused with FSDP, DeepSpeed, tensor parallelism, ignore_data_skip).
+        can_skip = facade._checkpoint_io.supports_background_writes and not facade.plan.checkpointing.ignore_data_skip
+        run.guard_stop = _stop_message(event, facade.state.global_step, found, reason, can_skip)
 
 
 def _check_settings(action, mode, window, warmup, max_events, within_steps, check_every_n_steps) -> None:
@@ -336,12 +339,25 @@ def _window_values(pending: list) -> torch.Tensor:
     """The (loss, grad norm) rows of the updates since the last decision, float32 on the loss's device: stacked
     column by column when each update has one loss and a norm tensor (the usual case), else update by update."""
     losses = [entry[1] for entry in pending]
-    norms = [entry[2] for entry in pending]
+    norms = _whole_norms([entry[2] for entry in pending])
     if all(len(terms) == 1 for terms in losses) and all(isinstance(norm, torch.Tensor) for norm in norms):
         loss_column = torch.stack([terms[0].detach().reshape(()) for terms in losses]).float()
         norm_column = torch.stack([norm.detach().reshape(()) for norm in norms]).float().to(loss_column.device)
         return torch.stack([loss_column, norm_column], dim=1)
     return torch.stack([_update_values(terms, norm) for terms, norm in zip(losses, norms)])
+
+
+def _whole_norms(norms: list) -> list:
+    """The gradient norms as plain tensors: FSDP2's are DTensors still to be reduced across shards (torch's
+    `clip_grad_norm_` leaves them so), made whole together in one collective, as every process decides at once."""
+    sharded = [index for index, norm in enumerate(norms) if hasattr(norm, "full_tensor")]
+    if not sharded:
+        return norms
+    whole = torch.stack([norms[index].detach().float().reshape(()) for index in sharded]).full_tensor()
+    norms = list(norms)
+    for index, value in zip(sharded, whole.unbind()):
+        norms[index] = value
+    return norms
 
 
 def _update_values(losses: list, grad_norm: Any) -> torch.Tensor:
@@ -376,11 +392,12 @@ def _event_line(event: dict[str, Any]) -> str:
     )
 
 
-def _stop_message(event: dict, global_step: int, found: tuple[int, str] | None, reason: str) -> str:
+def _stop_message(event: dict, global_step: int, found: tuple[int, str] | None, reason: str, can_skip: bool) -> str:
     first, last = event["batches"]
+    actions = "RunGuard(action='rollback') or 'skip'" if can_skip else "RunGuard(action='rollback')"
     where = (
         f"{found[1]} (step {found[0]}) is the newest complete checkpoint before the event: resume from it with "
-        "RunGuard(action='rollback') or 'skip' to leave these batches out"
+        f"{actions} to leave these batches out"
         if found is not None
         else "no complete checkpoint precedes the event (save more often: save_steps)"
     )

@@ -36,24 +36,27 @@ def write_rank_report(output_dir: str, side: str, report: object) -> None:
     (Path(output_dir) / f"{side}_rank{rank}.pkl").write_bytes(pickle.dumps(report))
 
 
-def launch(script: Path, side: str, output_dir: Path) -> subprocess.Popen:
-    """Start `script side output_dir` under torchrun, free of this process's rank variables."""
+def launch(script: Path, side: str, output_dir: Path, extra: tuple[str, ...] = ()) -> subprocess.Popen:
+    """Start `script side output_dir *extra` under torchrun, free of this process's rank variables."""
     env = {
         k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT")
     }
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false")
     command = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD_SIZE}",
-        f"--master_port={free_port()}", str(script), side, str(output_dir),
+        f"--master_port={free_port()}", str(script), side, str(output_dir), *extra,
     ]  # fmt: skip
     return subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
 
 
-def side_by_side(script: Path, output_dir: Path, timeout: float) -> dict[str, list[dict]]:
-    """Per side ("ours", "reference"), what each rank pickled to `output_dir/<side>_rank<r>.pkl`; both at once."""
-    processes = {side: launch(script, side, output_dir) for side in ("ours", "reference")}
+def side_by_side(
+    script: Path, output_dir: Path, timeout: float, extra: tuple[str, ...] = ()
+) -> dict[str, list[dict]]:
+    """Per side ("ours", "reference"), what each rank pickled to `output_dir/<side>_rank<r>.pkl`; both at once
+    (`extra`: more arguments for the script)."""
+    processes = {side: launch(script, side, output_dir, extra) for side in ("ours", "reference")}
     results = {}
     for side, process in processes.items():
         output, _ = process.communicate(timeout=timeout)

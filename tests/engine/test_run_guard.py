@@ -214,6 +214,7 @@ def test_stop_saves_and_names_the_step_the_value_and_the_batches(tmp_path):
     message = str(stopped.value)
     assert "at step 5" in message and "loss=" in message and "batches 4..4 of epoch 0" in message
     assert "window mean of" in message and "checkpoint-4" in message
+    assert "RunGuard(action='rollback') or 'skip'" in message  # both run here (not under FSDP: the FSDP test)
     assert is_complete_checkpoint(str(tmp_path / "guarded" / "checkpoint-6"))
     assert not (tmp_path / "guarded" / "checkpoint-8").exists()
 
