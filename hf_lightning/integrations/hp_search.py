@@ -163,7 +163,8 @@ class HyperparameterSearchMixin:
         `optuna.create_study` (`sampler`, `pruner`, `storage`, `study_name`, `load_if_exists`, ...), so a
         study in a `storage` can be resumed after a crash. ray: `resources_per_trial`, then the keywords of
         `ray.tune.TuneConfig` and `ray.tune.RunConfig` (`scheduler`, `search_alg`, `storage_path`, `name`, ...);
-        `scaling_config=ray.train.ScalingConfig(num_workers=N)` trains each trial on N Ray Train workers.
+        `scaling_config=ray.train.ScalingConfig(num_workers=N)` trains each trial on N Ray Train workers;
+        `resume=True` (`tune.run`'s keyword) restores the interrupted search at `storage_path/name` when there is one.
         """
         backend = resolve_backend(backend)
         if backend != HPSearchBackend.RAY and "scaling_config" in kwargs:

@@ -5,7 +5,8 @@ The reference hands its keywords to `ray.tune.run`; here the same keywords are s
 trainable over a copy of the trainer (`tune.with_parameters`, `tune.with_resources`), reports every evaluation with
 `tune.report` (a checkpoint from `_tune_save_checkpoint` when the step saves), and resumes from
 `tune.get_checkpoint()`. The best run is chosen with `RAY_SCOPE` (the v4 field `ray_scope`) and carries Ray's
-`ExperimentAnalysis` as `run_summary`. Ray is imported lazily (the `ray` extra).
+`ExperimentAnalysis` as `run_summary`. `resume=` (the reference's `tune.run` keyword) restores an interrupted search
+with `Tuner.restore` (integrations/ray_tune_restore.py). Ray is imported lazily (the `ray` extra).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from hf_lightning.core.checkpoint_files import PREFIX_CHECKPOINT_DIR
 from hf_lightning.core.enums import enum_value
 from hf_lightning.core.outputs import BestRun
+from hf_lightning.integrations.ray_tune_restore import search_to_restore
 from hf_lightning.integrations.ray_tune_workers import (
     DRIVER_RESOURCES,
     objective_metrics,
@@ -97,7 +99,7 @@ def tuner_configs(tune: Any, kwargs: dict[str, Any]) -> tuple[dict[str, Any], di
     if unknown:
         raise ValueError(
             f"hyperparameter_search(backend='ray') got keyword(s) {unknown} that neither ray.tune.TuneConfig nor "
-            f"ray.tune.RunConfig takes. Accepted: resources_per_trial, scaling_config, {sorted(tune_fields | run_fields)}."
+            f"ray.tune.RunConfig takes. Accepted: resources_per_trial, scaling_config, resume, {sorted(tune_fields | run_fields)}."
         )
     return tune_kwargs, run_kwargs
 
@@ -188,7 +190,7 @@ def run_hp_search_ray(trainer: Any, n_trials: int, direction: str | list[str], *
     each in a Ray worker (on `scaling_config`'s Ray Train workers when given, integrations/ray_tune_workers.py);
     the best trial by `objective` under `RAY_SCOPE` (default "last")."""
     tune = import_ray_tune()
-    scaling_config = kwargs.pop("scaling_config", None)
+    scaling_config, resume = kwargs.pop("scaling_config", None), kwargs.pop("resume", None)
     if scaling_config is not None:
         problem = scaling_config_problem(scaling_config, kwargs.get("resources_per_trial"))
         if problem is not None:
@@ -199,6 +201,7 @@ def run_hp_search_ray(trainer: Any, n_trials: int, direction: str | list[str], *
     if "progress_reporter" not in kwargs:
         kwargs["progress_reporter"] = tune.CLIReporter(metric_columns=["objective"])
     tune_kwargs, run_kwargs = tuner_configs(tune, kwargs)
+    run_config = tune.RunConfig(**run_kwargs)
     if tune_kwargs.get("scheduler") is not None:
         _check_scheduler(trainer, tune_kwargs["scheduler"])
     directions = direction if isinstance(direction, list) else [direction]
@@ -212,6 +215,7 @@ def run_hp_search_ray(trainer: Any, n_trials: int, direction: str | list[str], *
             f"RAY_SCOPE={ray_scope!r} is for one objective. Unset RAY_SCOPE (or ray_scope) or set it to 'last'."
         )
 
+    restore = search_to_restore(tune, resume, run_config)
     # The model is rebuilt by `model_init` in each trial; the trainer travels to the workers without it.
     model, trainer.model = trainer.model, None
     model_wrapped, trainer.model_wrapped = trainer.model_wrapped, None
@@ -222,12 +226,19 @@ def run_hp_search_ray(trainer: Any, n_trials: int, direction: str | list[str], *
         else:
             trainable = tune.with_parameters(_objective, local_trainer=trainer)
         trainable = tune.with_resources(trainable, resources)
-        tuner = tune.Tuner(
-            trainable,
-            param_space=trainer.hp_space(None),
-            tune_config=tune.TuneConfig(num_samples=n_trials, **tune_kwargs),
-            run_config=tune.RunConfig(**run_kwargs),
-        )
+        if restore is not None:
+            path, flags = restore
+            tuner = tune.Tuner.restore(
+                path, trainable, param_space=trainer.hp_space(None),
+                storage_filesystem=run_config.storage_filesystem, **flags,
+            )
+        else:
+            tuner = tune.Tuner(
+                trainable,
+                param_space=trainer.hp_space(None),
+                tune_config=tune.TuneConfig(num_samples=n_trials, **tune_kwargs),
+                run_config=run_config,
+            )
         results = tuner.fit()
     finally:
         trainer.model, trainer.model_wrapped = model, model_wrapped

@@ -189,13 +189,17 @@ def test_several_objectives_return_the_pareto_front(tmp_path):
 
 
 def test_bad_keywords_are_refused_before_any_trial(tmp_path, monkeypatch):
-    """A keyword neither TuneConfig nor RunConfig takes, Ray's removed names, a report-driven scheduler without
-    evaluation and a scope other than 'last' for several objectives: each a clear error, no trial started."""
+    """A keyword neither TuneConfig nor RunConfig takes, Ray's removed names, `resume` without the search's name or
+    with a value `tune.run` does not take, a report-driven scheduler without evaluation and a scope other than 'last'
+    for several objectives: each a clear error, no trial started."""
     trainer = _trainer("ours", tmp_path)
     for keywords, message in (
         ({"not_a_ray_option": 1}, r"\['not_a_ray_option'\].*neither ray.tune.TuneConfig"),
         ({"local_dir": "x"}, r"pass storage_path"),
         ({"keep_checkpoints_num": 2}, r"CheckpointConfig\(num_to_keep"),
+        ({"resume": True}, r"resume=True\) restores the search stored at storage_path/name: pass the interrupted"),
+        ({"resume": "LOCAL", "name": "x"}, r"Ray has removed 'LOCAL'; pass True, False or \"AUTO\""),
+        ({"resume": "AUTO+ERRORD", "name": "x"}, r"resume='AUTO\+ERRORD'\): resume takes True, False or \"AUTO\""),
     ):
         with pytest.raises(ValueError, match=message):
             trainer.hyperparameter_search(hp_space=_space, backend="ray", **keywords)
@@ -220,3 +224,21 @@ def test_default_space_is_the_reference():
     assert (ours["learning_rate"].lower, ours["learning_rate"].upper) == (1e-6, 1e-4)
     assert (ours["seed"].lower, ours["seed"].upper) == (1, 40)
 
+
+
+@pytest.mark.parametrize(
+    "resume", [True, "AUTO", "AUTO+ERRORED", "AUTO+RESTART_ERRORED", "AUTO+ERRORED_ONLY", "AUTO+RESTART_ERRORED_ONLY"]
+)
+def test_resume_restores_as_tune_run_would(resume, monkeypatch):
+    """Each `resume` value the reference hands to `ray.tune.run` reaches `Tuner.restore` as the ResumeConfig that
+    `tune.run` builds from it (Ray's own parser); False and None start a new search."""
+    from ray.tune import tuner as tuner_module
+    from ray.tune.tune import _build_resume_config_from_legacy_config
+
+    from hf_lightning.integrations.ray_tune_restore import restore_keywords
+
+    built = {}
+    monkeypatch.setattr(tuner_module, "TunerInternal", lambda **kwargs: built.update(kwargs) or object())
+    tune.Tuner.restore("unused", trainable=lambda config: None, **restore_keywords(resume))
+    assert built["resume_config"] == _build_resume_config_from_legacy_config(resume)
+    assert restore_keywords(False) is None and restore_keywords(None) is None
