@@ -116,7 +116,8 @@ def resume_files(trainer: TrainerLike, checkpoint: str) -> ResumeFiles:
     if files is not None and files.checkpoint == checkpoint:
         return files
     io = trainer._checkpoint_io
-    return ResumeFiles(checkpoint, names=torch_files_to_restore(trainer.args, checkpoint, io.optimizer_files(checkpoint)))
+    names = torch_files_to_restore(trainer.args, checkpoint, io.optimizer_files(checkpoint))
+    return ResumeFiles(checkpoint, names=names)
 
 
 def load_scaler_state(trainer: TrainerLike, checkpoint: str) -> None:

@@ -3,10 +3,11 @@
 `RunGuard("skip")` decides where `rollback` does (at training logs), so the update of an offending window has been
 applied by then. At train start, and at a decision that accepts every update once the time budget below allows a
 new copy, the run is staged as one checkpoint in CPU memory (checkpoint/staging.py's `stage`, the copy a background
-save makes: one copy of the model and the optimizer state), with the training-loss window of that step. When a later decision finds an offending window, the
-staged checkpoint is written atomically into a private folder of the run's output directory (`.run-guard-snapshot`,
-never taken for a `checkpoint-N`, removed at the end of `train()`), and the run rolls back to it as `rollback` does:
-the updates after the snapshot are made again without the offending window.
+save makes: one copy of the model and the optimizer state), with the training-loss window of that step. When a
+later decision finds an offending window, the staged checkpoint is written atomically into a private folder of the
+run's output directory (`.run-guard-snapshot`, never taken for a `checkpoint-N`, removed at the end of `train()`),
+and the run rolls back to it as `rollback` does: the updates after the snapshot are made again without the
+offending window.
 """
 
 from __future__ import annotations

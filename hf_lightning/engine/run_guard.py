@@ -53,9 +53,9 @@ class RunGuard(pl.Callback):
 
     Args:
         action: "stop" (save, then end `train()` with `RunGuardStop`), "skip" (the offending update is not applied;
-            keeps one CPU copy of the model and optimizer state, renewed at decisions within 1% of the run: pick "rollback" for a
-            model whose copy does not fit in host memory) or "rollback" (reload the newest complete checkpoint before
-            the event, leave the offending window out, continue).
+            keeps one CPU copy of the model and optimizer state, renewed at decisions within 1% of the run: pick
+            "rollback" for a model whose copy does not fit in host memory) or "rollback" (reload the newest complete
+            checkpoint before the event, leave the offending window out, continue).
         loss: watch the training loss for spikes.
         grad_norm: also watch the gradient norm for spikes (non-finite values of both are always events).
         mode, window, warmup, atol, rtol: Lightning's `SpikeDetection` settings: a value that is not better (per
