@@ -106,13 +106,7 @@ def _copied_state(state: Any) -> Any:
     """A point-in-time copy of the trainer state. Its log history, which grows with the run, is copied entry by entry
     (each a flat dict of numbers and strings) rather than deep-copied, so a copy costs little late in a long run."""
     history = state.log_history
-    state.log_history = []
-    try:
-        clone = copy.deepcopy(state)
-    finally:
-        state.log_history = history
-    clone.log_history = [dict(entry) for entry in history]
-    return clone
+    return copy.deepcopy(state, {id(history): [dict(entry) for entry in history]})
 
 
 # ---- the files --------------------------------------------------------------------------------------------------
