@@ -27,8 +27,8 @@ from hf_lightning.adapted import accelerate_state
 from hf_lightning.adapted.discovery import Discovery, is_replaced
 from hf_lightning.adapted.rebuild import ClassRebuilder
 from hf_lightning.args.training_args import Seq2SeqTrainingArguments, TrainingArguments
-from hf_lightning.engine.seq2seq import HFLightningSeq2SeqTrainer
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.seq2seq import HFLightningSeq2SeqTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 
 PREFIX = "hf_lightning.adapted."
 

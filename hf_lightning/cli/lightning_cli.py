@@ -105,7 +105,7 @@ def _subcommand_parser(name: str, help_text: str) -> Any:
     from hf_lightning.cli.data_sources import DataSource
     from hf_lightning.cli.help_text import HelpFormatter, describe_dataclass_options
     from hf_lightning.engine.lightning_bridge import SAFE_LIGHTNING_OVERRIDES
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     parser = ArgumentParser(
         prog=f"hf-lightning {name}",
@@ -264,7 +264,7 @@ def resolve(command: str, subparser: Any, config: Any) -> RunConfig:
 
 def _build_training_arguments(subparser: Any, config: Any, trainer_class: type) -> Any:
     # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
-    from hf_lightning.engine.seq2seq import HFLightningSeq2SeqTrainer
+    from hf_lightning.trainer.seq2seq import HFLightningSeq2SeqTrainer
 
     defaults = subparser.get_defaults().args.as_dict()
     given = {key: value for key, value in config.args.as_dict().items() if value != defaults.get(key)}

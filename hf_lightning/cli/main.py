@@ -27,7 +27,7 @@ from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.translate import explain, translate
 
 # "module:attribute" of the trainer and arguments classes the main job uses, resolved lazily.
-TRAINER_CLASS = "hf_lightning.engine.trainer:HFLightningTrainer"
+TRAINER_CLASS = "hf_lightning.trainer.trainer:HFLightningTrainer"
 TRAINING_ARGUMENTS_CLASS = "hf_lightning.args.training_args:TrainingArguments"
 
 DEFAULT_OUTPUT_DIR = "./hf_lightning_demo"

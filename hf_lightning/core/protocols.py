@@ -1,6 +1,6 @@
 """`TrainerLike` and `RunLike`: what one run's code uses of the facade and of the run.
 
-The facade (`engine/trainer.py`) calls into the run's code (`training_run.py`, `module.py`, the run's components,
+The facade (`trainer/trainer.py`) calls into the run's code (`training_run.py`, `module.py`, the run's components,
 `checkpoint/resume.py`); naming the facade's class there would make each module depend on the other. `TrainerLike`
 states the surface instead: the reference-named attributes and methods a `Trainer` subclass may override, and the
 one reference to the current run (`_training_run`). `RunLike` is what the module, the components and the facade's

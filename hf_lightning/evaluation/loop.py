@@ -3,7 +3,7 @@
 It holds where the pass stands (on the last batch, that batch's real samples, iterating or not), which the gathers
 read and `trainer.accelerator.gradient_state` reports, so no per-evaluation state sits on the facade. The facade's
 reference-named methods (`evaluation_loop`, `prediction_step`, `_prepare_input`, `compute_metrics`,
-`_gather_for_metrics`, ...; evaluation/methods.py) build it and are what it calls back, so subclass overrides run.
+`_gather_for_metrics`, ...; trainer/evaluation_methods.py) build it and are what it calls back, so subclass overrides run.
 Cross-process gathering goes through torch.distributed (strategies/distributed.py); the process group is created on
 first use when launched.
 """

@@ -22,7 +22,7 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-from hf_lightning.checkpoint.saving import training_args_to_plain_dict
+from hf_lightning.checkpoint.staging import training_args_to_plain_dict
 from hf_lightning.core.checkpoint_files import (
     ADAPTER_SAFE_WEIGHTS_NAME,
     ADAPTER_WEIGHTS_NAME,

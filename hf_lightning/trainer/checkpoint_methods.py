@@ -17,12 +17,6 @@ from typing import Any
 from hf_lightning.callbacks import is_exportable_state
 from hf_lightning.checkpoint.checkpointer import BEST_TRACKING_SAVE_STRATEGIES, Checkpointer
 from hf_lightning.checkpoint.fault_points import reach
-from hf_lightning.checkpoint.files import (
-    checkpoints_to_delete,
-    checkpoints_to_delete_at_train_end,
-    get_last_checkpoint,
-    is_complete_checkpoint,
-)
 from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
 from hf_lightning.checkpoint.resume import load_callback_state
 from hf_lightning.checkpoint.resume_files import (
@@ -32,10 +26,8 @@ from hf_lightning.checkpoint.resume_files import (
     warn_on_version_mismatch,
 )
 from hf_lightning.checkpoint.staging import (
-    is_pretrained_model,
     rng_states,
     training_args_to_plain_dict,
-    unwrap_model,
     write_model_folder,
     write_rng_state,
     write_scaler,
@@ -48,16 +40,8 @@ from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "CheckpointMixin",
-    "checkpoints_to_delete",
-    "checkpoints_to_delete_at_train_end",
-    "get_last_checkpoint",
-    "is_complete_checkpoint",
-    "is_pretrained_model",
-    "training_args_to_plain_dict",
-    "unwrap_model",
-]
+__all__ = ["CheckpointMixin"]
+
 
 class CheckpointMixin(MetricsIOMixin):
     """Checkpoint writing, best-metric tracking and best-model loading, as the reference's `Trainer` does them.

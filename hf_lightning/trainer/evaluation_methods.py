@@ -48,7 +48,7 @@ class EvaluationMixin:
     _current_evaluation: EvaluationLoop | None = None
 
     def _read_changed_arguments(self) -> None:
-        """The facade translates arguments changed since its plan was made (engine/trainer.py); nothing here."""
+        """The facade translates arguments changed since its plan was made (trainer/trainer.py); nothing here."""
 
     # ----------------------------------------------------------------------------------------------------
     # public API

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hf_lightning.checkpoint.saving import unwrap_model
+from hf_lightning.checkpoint.staging import unwrap_model
 from hf_lightning.core.enums import enum_value
 from hf_lightning.core.version import __version__
 

@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 from hf_lightning.args.training_args import Seq2SeqTrainingArguments, as_training_arguments
 from hf_lightning.callbacks import TrainerCallback
 from hf_lightning.core.outputs import PredictionOutput
-from hf_lightning.engine.trainer import HFLightningTrainer, _public_signature
+from hf_lightning.trainer.trainer import HFLightningTrainer, _public_signature
 
 __all__ = ["HFLightningSeq2SeqTrainer", "Seq2SeqTrainer", "resolve_gen_kwargs"]
 

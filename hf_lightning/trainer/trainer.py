@@ -40,15 +40,12 @@ from hf_lightning.callbacks import (
 )
 from hf_lightning.callbacks.notebook import default_progress_callback
 from hf_lightning.checkpoint.checkpointer import Checkpointer
-from hf_lightning.checkpoint.model_card import ModelCardMixin
 from hf_lightning.checkpoint.output_folder import make_output_dir
-from hf_lightning.checkpoint.saving import CheckpointMixin
 from hf_lightning.core.outputs import TrainOutput
 from hf_lightning.core.reference_logging import route_reference_lines
 from hf_lightning.core.seeding import seed_from_args
 from hf_lightning.data.collate import pick_default_collator
 from hf_lightning.engine.accelerator import LightningAccelerator
-from hf_lightning.engine.data_methods import DataMethodsMixin
 from hf_lightning.engine.input_checks import (
     check_constructor_arguments,
     check_train_labels,
@@ -61,18 +58,21 @@ from hf_lightning.engine.loss import (
     loss_shifts_labels,
 )
 from hf_lightning.engine.memory import TrainerMemoryTracker
-from hf_lightning.engine.optimizer_methods import OptimizerMixin
 from hf_lightning.engine.overridable import refuse_uncalled_overrides
-from hf_lightning.engine.step_methods import TrainingStepMixin
 from hf_lightning.engine.telemetry.meter import TelemetryMeter
 from hf_lightning.engine.telemetry.settings import resolve_telemetry
-from hf_lightning.evaluation.methods import EvaluationMixin
 from hf_lightning.integrations.hp_search import HyperparameterSearchMixin
 from hf_lightning.integrations.hub import HubMixin, hub_progress_bars_suppressed
 from hf_lightning.integrations.loggers import build_loggers
 from hf_lightning.integrations.reporting_callbacks import reporting_callbacks
 from hf_lightning.strategies.launch import maybe_launch_over_devices
 from hf_lightning.strategies.tensor_parallel import plans as tensor_parallel_plans
+from hf_lightning.trainer.checkpoint_methods import CheckpointMixin
+from hf_lightning.trainer.data_methods import DataMethodsMixin
+from hf_lightning.trainer.evaluation_methods import EvaluationMixin
+from hf_lightning.trainer.model_card_methods import ModelCardMixin
+from hf_lightning.trainer.optimizer_methods import OptimizerMixin
+from hf_lightning.trainer.step_methods import TrainingStepMixin
 from hf_lightning.translation.plan import Plan
 from hf_lightning.translation.translate import explain, translate
 

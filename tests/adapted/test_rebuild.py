@@ -12,7 +12,7 @@ import pytest
 import transformers
 
 from hf_lightning import HfArgumentParser, on_lightning
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.adapted import library_stub as stock
 from tests.models import make_regression_mlp, regression_data
 

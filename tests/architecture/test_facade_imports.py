@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from tests.architecture.test_import_cycles import import_graph
 
-FACADE_MODULE = "hf_lightning.engine.trainer"
+FACADE_MODULE = "hf_lightning.trainer.trainer"
 FACADE_LEVEL = {
     "hf_lightning",  # the public face (`from hf_lightning import Trainer`)
-    "hf_lightning.engine.seq2seq",  # Seq2SeqTrainer: the facade's subclass
+    "hf_lightning.trainer.seq2seq",  # Seq2SeqTrainer: the facade's subclass
     "hf_lightning.adapted.registry",  # `on_lightning`: a library's Trainer subclass rebuilt on the facade
     "hf_lightning.cli.lightning_cli",  # the CLI builds the trainer from a config
 }

@@ -21,6 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("data", "optim", "strategies"),
     ("callbacks", "checkpoint", "evaluation", "integrations"),
     ("engine",),
+    ("trainer",),
     ("trl", "adapted", "cli"),
 )
 PUBLIC_FACE = "(top level)"

@@ -30,7 +30,7 @@ CARRIED_FIELDS = {
 }
 # (module, field): why this one read of the arguments stays.
 EXCEPTIONS = {
-    ("engine/trainer.py", "neftune_noise_alpha"): "the construction checks run before the arguments are translated",
+    ("trainer/trainer.py", "neftune_noise_alpha"): "the construction checks run before the arguments are translated",
     ("optim/extras.py", "gradient_accumulation_steps"): (
         "the reference's static `get_optimizer_cls_and_kwargs(args, model)` checks the arguments it is given "
         "(the accumulation planned from accelerator_config is written back to them before the optimizer is made)"

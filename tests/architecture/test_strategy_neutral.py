@@ -90,7 +90,7 @@ def test_engine_does_not_branch_on_the_strategy_kind():
     """Clipping, the learning rate, the inputs' dtype, generation's sync and model placement are the strategy's
     (strategies/steps.py); the engine only sets the reference's `is_deepspeed_enabled` / `is_fsdp_enabled`."""
     found = []
-    for path in sorted((ROOT / "engine").rglob("*.py")):
+    for path in sorted([*(ROOT / "engine").rglob("*.py"), *(ROOT / "trainer").rglob("*.py")]):
         for line, name, node in _names(path):
             where = f"{path.relative_to(ROOT.parent)}:{line}"
             if name in STRATEGY_KIND_NAMES:
@@ -99,7 +99,9 @@ def test_engine_does_not_branch_on_the_strategy_kind():
                 isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
             ):
                 found.append(f"{where} reads {name}")
-    assert not found, "strategy branches in engine/ (ask the plan's StrategySteps instead):\n" + "\n".join(found)
+    assert not found, "strategy branches in engine/ or trainer/ (ask the plan's StrategySteps instead):\n" + "\n".join(
+        found
+    )
 
 
 def _is_facade(node: ast.AST) -> bool:

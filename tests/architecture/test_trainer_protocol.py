@@ -8,7 +8,7 @@ import inspect
 from pathlib import Path
 
 from hf_lightning.core.protocols import TrainerLike
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 
 ROOT = Path(__file__).resolve().parents[2] / "hf_lightning"
 

@@ -8,7 +8,7 @@ import pytest
 import transformers
 
 import hf_lightning
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 
 LIBRARIES = {"transformers": transformers, "hf_lightning": hf_lightning}

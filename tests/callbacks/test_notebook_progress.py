@@ -17,7 +17,7 @@ from hf_lightning.callbacks.notebook import (
     default_progress_callback,
     is_in_notebook,
 )
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 
 

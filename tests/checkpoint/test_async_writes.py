@@ -28,7 +28,7 @@ from hf_lightning.core.checkpoint_files import (
     numpy_safe_globals,
 )
 from hf_lightning.engine.lightning_bridge import check_lightning_overrides
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.checkpoint.test_resume_safety import SETTINGS, assert_bit_identical, step_logs, weights
 from tests.models import DropoutMLP, regression_data
 

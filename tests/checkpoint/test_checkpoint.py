@@ -25,15 +25,15 @@ import hf_lightning.checkpoint.files as checkpoint_files
 from hf_lightning.callbacks import ExportableState, TrainerCallback, TrainerControl, TrainerState
 from hf_lightning.checkpoint.checkpointer import Checkpointer
 from hf_lightning.checkpoint.fault_points import SAVE_POINTS, fault_hook
-from hf_lightning.checkpoint.saving import (
-    CheckpointMixin,
+from hf_lightning.checkpoint.files import (
     checkpoints_to_delete,
     checkpoints_to_delete_at_train_end,
     get_last_checkpoint,
     is_complete_checkpoint,
-    training_args_to_plain_dict,
 )
+from hf_lightning.checkpoint.staging import training_args_to_plain_dict
 from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME, numpy_safe_globals
+from hf_lightning.trainer.checkpoint_methods import CheckpointMixin
 from hf_lightning.translation.translate import translate
 from tests.models import make_regression_mlp, make_tiny_bert_classifier, regression_data
 
@@ -549,7 +549,7 @@ def test_load_best_model_reads_sharded_safetensors(tmp_path):
 def test_load_best_model_warns_like_the_reference(tmp_path, caplog):
     trainer = StandIn(reference_args(tmp_path))
     trainer.state.best_model_checkpoint = str(tmp_path / "checkpoint-9")
-    with caplog.at_level(logging.WARNING, logger="hf_lightning.checkpoint.saving"):
+    with caplog.at_level(logging.WARNING, logger="hf_lightning.trainer.checkpoint_methods"):
         trainer._load_best_model()
     assert (
         f"Could not locate the best model at {tmp_path / 'checkpoint-9' / 'pytorch_model.bin'}" in caplog.text
@@ -565,7 +565,7 @@ def test_load_best_model_reports_missing_and_unexpected_keys(tmp_path, caplog):
     weights["extra"] = torch.zeros(1)
     safetensors.torch.save_file(weights, str(folder / "model.safetensors"))
     trainer.state.best_model_checkpoint = str(folder)
-    with caplog.at_level(logging.WARNING, logger="hf_lightning.checkpoint.saving"):
+    with caplog.at_level(logging.WARNING, logger="hf_lightning.trainer.checkpoint_methods"):
         trainer._load_best_model()
     assert "There were missing keys in the checkpoint model loaded: ['norm.bias']." in caplog.text
     assert "There were unexpected keys in the checkpoint model loaded: ['extra']." in caplog.text
@@ -905,7 +905,7 @@ def test_facade_run_writes_the_reference_folders(tmp_path, monkeypatch):
 
     from hf_lightning import TrainingArguments
     from hf_lightning.callbacks import TrainerCallback as OurCallback
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
     settings = dict(
         use_cpu=True,
         report_to="none",

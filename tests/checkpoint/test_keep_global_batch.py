@@ -11,7 +11,7 @@ import torch
 
 from hf_lightning import TrainingArguments
 from hf_lightning.checkpoint.global_batch import KEEP_GLOBAL_BATCH_ENV, accumulation_keeping_global_batch
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.checkpoint.test_resume_safety import StopAt
 from tests.models import make_regression_mlp, regression_data
 

@@ -64,7 +64,7 @@ def test_model_card_defaults_equal_reference_and_keep_existing_tags(tmp_path):
 
 def test_model_card_only_on_world_process_zero(tmp_path, monkeypatch):
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
     trainer = HFLightningTrainer(model=make_tiny_bert_classifier(), args=args)
@@ -80,7 +80,7 @@ def test_minimal_model_card_without_transformers(tmp_path):
         sys.path.insert(0, {str(ROOT)!r})
         from tests.models import make_regression_mlp, regression_data
         from hf_lightning import TrainingArguments
-        from hf_lightning.engine.trainer import HFLightningTrainer
+        from hf_lightning.trainer.trainer import HFLightningTrainer
 
         args = TrainingArguments(output_dir={str(tmp_path / "run")!r}, use_cpu=True, report_to="none",
                                  max_steps=2, per_device_train_batch_size=2, learning_rate=0.25,

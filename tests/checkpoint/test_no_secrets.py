@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from hf_lightning import TrainingArguments
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 
 SECRET = b"secret-token-123"

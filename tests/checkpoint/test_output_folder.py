@@ -12,7 +12,7 @@ import yaml
 from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.cli.data_sources import CLI_VOCAB_SIZE
 from hf_lightning.cli.lightning_cli import main
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import LinearRegressor
 
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from hf_lightning import TrainingArguments
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.checkpoint.forked_kill import run_in_killed_child
 from tests.models import DropoutMLP, regression_data
 

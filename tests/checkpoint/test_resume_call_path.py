@@ -17,7 +17,7 @@ import safetensors.torch
 import torch
 
 from hf_lightning import TrainingArguments
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 
 RESUMER = "hf_lightning.checkpoint.resume"
@@ -89,4 +89,4 @@ def test_one_resume_crosses_at_most_three_modules_straight_down(tmp_path, monkey
             assert len(set(path)) == len(path), (point, path)  # no module entered twice on the way down
     # The reference-named hooks are on the way (an override of them is what runs).
     for point in ("read weights", "model", "optimizer", "scheduler", "rng"):
-        assert all("checkpoint.saving" in path for path in paths[point]), (point, paths[point])
+        assert all("trainer.checkpoint_methods" in path for path in paths[point]), (point, paths[point])

@@ -30,7 +30,7 @@ from hf_lightning.core.checkpoint_files import (
     TRAINING_ARGS_NAME,
     WEIGHTS_NAME,
 )
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.checkpoint.chosen_checkpoints import record_chosen_checkpoints
 from tests.checkpoint.forked_kill import run_in_killed_child
 from tests.models import DropoutMLP, regression_data

@@ -16,7 +16,7 @@ import pytest
 
 from hf_lightning import TrainingArguments
 from hf_lightning.checkpoint.fault_points import fault_hook
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 
 STEP_BOUNDARY = "_maybe_log_save_evaluate"
@@ -81,7 +81,7 @@ def test_one_save_crosses_at_most_three_modules_straight_down(tmp_path, asynchro
     assert {"model", "optimizer", "scheduler", "rng", "trainer_state", "fsync", "marker", "rename", "rotate"} <= set(
         paths
     ), paths
-    caller = "checkpoint.async_writes" if asynchronous else "engine.step_methods"
+    caller = "checkpoint.async_writes" if asynchronous else "trainer.step_methods"
     for point, path in paths.items():
         assert path and path[0] == caller, (point, path)
         assert hops(path) <= 3, (point, path)

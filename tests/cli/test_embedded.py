@@ -335,7 +335,7 @@ def test_cli_runs_train_demo_when_no_command_is_given():
         None,
         1,
     )
-    assert cli.TRAINER_CLASS == "hf_lightning.engine.trainer:HFLightningTrainer"
+    assert cli.TRAINER_CLASS == "hf_lightning.trainer.trainer:HFLightningTrainer"
     assert cli.TRAINING_ARGUMENTS_CLASS == "hf_lightning.args.training_args:TrainingArguments"
 
 

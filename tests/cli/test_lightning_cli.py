@@ -22,7 +22,7 @@ from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.cli.data_sources import CLI_VOCAB_SIZE, EmbeddedClassificationData
 from hf_lightning.cli.embedded import TinyTransformerClassifier
 from hf_lightning.cli.lightning_cli import main, parse, run
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.no_transformers import BLOCK_TRANSFORMERS
 
 ROOT = Path(__file__).resolve().parents[2]

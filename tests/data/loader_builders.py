@@ -1,6 +1,6 @@
 """The train and eval DataLoaders the facade builds, made from a `DataContext` alone, for the data layer's tests.
 
-What the facade's `get_train_dataloader` / `get_eval_dataloader` compose (engine/data_methods.py): the reference's
+What the facade's `get_train_dataloader` / `get_eval_dataloader` compose (trainer/data_methods.py): the reference's
 sampler for the split, then `dataloaders.build_dataloader` (column removal, collation, this process's share)."""
 
 from __future__ import annotations

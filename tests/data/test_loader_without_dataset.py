@@ -33,7 +33,7 @@ def _multi_loader_trainer(base: type) -> type:
 def test_a_train_loader_without_dataset_trains_as_the_reference(tmp_path):
     import transformers
 
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     result = run_parity(
         make_regression_mlp(),
@@ -68,7 +68,7 @@ def test_an_eval_loader_without_batch_sampler_or_dataset_evaluates_as_the_refere
     """transformers' own test_dataloader_without_dataset: chained train and eval loaders, then evaluate()."""
     import transformers
 
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     data = regression_data(n=10)
     result = run_parity(

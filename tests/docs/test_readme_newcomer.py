@@ -81,7 +81,7 @@ def test_names_are_spelled_the_same_in_the_readme_notebook_and_examples():
     assert "trainer_class: hf_lightning.HFLightningSeq2SeqTrainer\n" in seq2seq
     for text in (README, notebook, seq2seq):
         assert "hf_lightning.integrations.plotting import" not in text
-        assert "hf_lightning.engine.seq2seq.HFLightningSeq2SeqTrainer" not in text
+        assert "hf_lightning.trainer.seq2seq.HFLightningSeq2SeqTrainer" not in text
 
 
 def test_no_field_is_supported_when_every_value_of_it_is_refused():

@@ -10,7 +10,7 @@ import lightning.pytorch as pl
 import torch
 
 from hf_lightning import TrainingArguments
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 from tests.no_transformers import BLOCK_TRANSFORMERS
 

@@ -15,7 +15,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from hf_lightning import TrainingArguments
 from hf_lightning.args.validation import InvalidArgumentsError
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 
 

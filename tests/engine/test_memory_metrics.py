@@ -12,7 +12,7 @@ import transformers
 
 from hf_lightning import TrainingArguments
 from hf_lightning.engine.memory import TrainerMemoryTracker
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 
 MEMORY_KEY_PARTS = ("_mem_cpu_", "_mem_gpu_", "before_init_mem_")

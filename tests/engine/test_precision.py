@@ -55,7 +55,7 @@ def test_evaluation_autocasts_as_the_reference_prepares_the_model(tmp_path, monk
     import types
 
     import hf_lightning.strategies.for_evaluation as evaluation
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
     from hf_lightning.translation.translate import translate
 
     sharded = torch.nn.Linear(2, 2)

@@ -24,7 +24,7 @@ from hf_lightning import (
     Seq2SeqTrainingArguments,
     TrainingArguments,
 )
-from hf_lightning.engine.seq2seq import resolve_gen_kwargs
+from hf_lightning.trainer.seq2seq import resolve_gen_kwargs
 from hf_lightning.translation.translate import translate
 from tests.models import make_tiny_t5, pad_seq2seq_batch, seq2seq_data
 from tests.no_transformers import BLOCK_TRANSFORMERS

@@ -27,7 +27,7 @@ from hf_lightning.checkpoint.files import checkpoint_problem, list_checkpoints
 from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME
 from hf_lightning.engine.signals import TERMINATED_MESSAGE
 from hf_lightning.engine.slurm_requeue import REQUEUED_MESSAGE
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.checkpoint.test_resume_safety import SETTINGS, assert_bit_identical, step_logs, train, weights
 from tests.models import DropoutMLP, regression_data
 

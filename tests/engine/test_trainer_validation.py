@@ -49,7 +49,7 @@ def test_constructor_errors_match_reference(make_args, name, error, arg_kwargs, 
     import transformers
 
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     with pytest.raises(error):
         transformers.Trainer(args=make_args(transformers.TrainingArguments, **arg_kwargs), **trainer_kwargs(make_regression_mlp()))
@@ -59,7 +59,7 @@ def test_constructor_errors_match_reference(make_args, name, error, arg_kwargs, 
 
 def test_bad_collator_is_a_type_error(make_args):
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     class OldCollator:
         def collate_batch(self, features):
@@ -71,7 +71,7 @@ def test_bad_collator_is_a_type_error(make_args):
 
 def test_refused_field_fails_at_construction_naming_the_field(make_args):
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     args = make_args(TrainingArguments, use_liger_kernel=True)
     with pytest.raises(ValueError, match="use_liger_kernel"):
@@ -81,7 +81,7 @@ def test_refused_field_fails_at_construction_naming_the_field(make_args):
 
 def test_full_determinism_sets_environment_and_algorithms(make_args, monkeypatch):
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     names = ("CUDA_LAUNCH_BLOCKING", "CUBLAS_WORKSPACE_CONFIG", "ASCEND_LAUNCH_BLOCKING", "HCCL_DETERMINISTIC", "FLASH_ATTENTION_DETERMINISTIC")
     for name in names:
@@ -98,7 +98,7 @@ def test_full_determinism_sets_environment_and_algorithms(make_args, monkeypatch
 def test_printer_callback_drops_total_flos_from_metrics_quirk(make_args):
     """R6.6 quirk: with disable_tqdm=True the printer pops total_flos from TrainOutput.metrics only."""
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     for disable_tqdm, expected in ((True, False), (False, True)):
         args = make_args(TrainingArguments, disable_tqdm=disable_tqdm, save_strategy="no", max_steps=2)

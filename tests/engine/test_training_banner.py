@@ -11,7 +11,7 @@ import logging
 import transformers
 
 import hf_lightning
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 
 SIDES = {

@@ -4,8 +4,8 @@ facade's overridable step-boundary methods are still the ones called."""
 from __future__ import annotations
 
 from hf_lightning import TrainerCallback, TrainingArguments
-from hf_lightning.engine.trainer import HFLightningTrainer
 from hf_lightning.engine.training_run import TrainingRun
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 
 # What a train() may add to the facade's `__dict__`, and why each belongs to the facade rather than to the run.

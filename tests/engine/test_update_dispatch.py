@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from hf_lightning import TrainingArguments
-from hf_lightning.engine.trainer import HFLightningTrainer
 from hf_lightning.engine.update_dispatch import hook_dispatch_is_idle
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 
 

@@ -26,7 +26,7 @@ from hf_lightning.core.outputs import EvalLoopOutput, PredictionOutput
 from hf_lightning.data.model_inputs import can_return_loss, infer_label_names, model_accepts_loss_kwargs
 from hf_lightning.engine.loss import count_items_in_window, extract_loss
 from hf_lightning.engine.memory import TrainerMemoryTracker
-from hf_lightning.evaluation.methods import EvaluationMixin
+from hf_lightning.trainer.evaluation_methods import EvaluationMixin
 from hf_lightning.translation.translate import translate
 from tests.models import make_tiny_bert_classifier, make_tiny_t5
 
@@ -885,7 +885,7 @@ from torch import nn
 
 from hf_lightning.callbacks import CallbackHandler, DefaultFlowCallback, TrainerControl, TrainerState
 from hf_lightning.engine.memory import TrainerMemoryTracker
-from hf_lightning.evaluation.methods import EvaluationMixin
+from hf_lightning.trainer.evaluation_methods import EvaluationMixin
 from hf_lightning.translation.translate import translate
 
 

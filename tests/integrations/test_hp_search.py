@@ -21,7 +21,6 @@ from transformers import trainer_utils as reference_utils
 
 from hf_lightning import TrainingArguments
 from hf_lightning.callbacks import TrainerCallback
-from hf_lightning.engine.trainer import HFLightningTrainer
 from hf_lightning.integrations import hp_search
 from hf_lightning.integrations.hp_search import (
     BestRun,
@@ -30,6 +29,7 @@ from hf_lightning.integrations.hp_search import (
     default_compute_objective,
     default_hp_space_optuna,
 )
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import LinearRegressor
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

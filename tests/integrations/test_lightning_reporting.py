@@ -9,7 +9,7 @@ import lightning.pytorch as pl
 import pytest
 
 from hf_lightning import TrainingArguments
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 
 

@@ -21,9 +21,9 @@ from transformers.integrations.integration_utils import (
 from transformers.integrations.integration_utils import rewrite_logs as reference_rewrite_logs
 
 from hf_lightning import TrainingArguments
-from hf_lightning.engine.trainer import HFLightningTrainer
 from hf_lightning.integrations.logger_backends.wandb import resolve_wandb_mode, wandb_credentials_configured
 from hf_lightning.integrations.loggers import build_loggers
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from hf_lightning.translation.environment import Environment
 from hf_lightning.translation.logger_specs import (
     CALLBACK_INTEGRATIONS,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from hf_lightning import TrainingArguments
-from hf_lightning.engine.trainer import HFLightningTrainer
 from hf_lightning.integrations.plotting import plot_log_history, save_training_plot
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 
 

@@ -18,8 +18,8 @@ from ray import tune  # noqa: E402
 
 from hf_lightning import TrainingArguments  # noqa: E402
 from hf_lightning.callbacks import TrainerCallback  # noqa: E402
-from hf_lightning.engine.trainer import HFLightningTrainer  # noqa: E402
 from hf_lightning.integrations.hp_search import default_hp_space_ray  # noqa: E402
+from hf_lightning.trainer.trainer import HFLightningTrainer  # noqa: E402
 from tests.integrations.ray_cluster import local_ray_cluster  # noqa: E402
 from tests.models import LinearRegressor  # noqa: E402
 

@@ -73,7 +73,7 @@ def run_parity(
     import transformers
 
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     defaults = {"use_cpu": True, "report_to": "none", "save_strategy": "no", "disable_tqdm": True}
     merged = {**defaults, **args_kwargs}

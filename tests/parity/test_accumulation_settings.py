@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 
 from hf_lightning import TrainingArguments
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import RegressionMLP, make_regression_mlp, regression_data
 from tests.parity.harness import assert_parity, run_parity
 

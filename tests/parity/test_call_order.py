@@ -97,7 +97,7 @@ def _as_int(value):
 def test_train_call_order_matches_reference(tmp_path):
     import transformers
 
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     result = run_parity(
         make_tiny_bert_classifier(),

@@ -148,7 +148,7 @@ class LightningEvents(pl.Callback):
 def test_mixed_hf_and_lightning_callbacks(tmp_path):
     """One HF callback and one Lightning callback in `callbacks=`, each seeing its own events."""
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     hf_recorder, lightning_recorder = EventRecorder(), LightningEvents()
     args = TrainingArguments(

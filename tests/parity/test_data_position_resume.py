@@ -198,7 +198,7 @@ def test_an_asynchronous_save_keeps_the_position_of_its_step(tmp_path):
     from lightning.pytorch.plugins.io import AsyncCheckpointIO
 
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
     from tests.parity.test_resume import StopAt
 
     items = regression_data(40).items
@@ -311,7 +311,7 @@ def _masked_run(library: str, output_dir, *, stop_at=None, resume=None, model_se
     import transformers
 
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
     from tests.parity.test_resume import StopAt
 
     args_cls, trainer_cls = (

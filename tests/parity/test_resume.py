@@ -21,7 +21,7 @@ from torch import nn
 from hf_lightning import TrainingArguments
 from hf_lightning.checkpoint.resume import Resumer
 from hf_lightning.core.checkpoint_files import COMPLETE_MARKER_NAME, OPTIMIZER_NAME
-from hf_lightning.engine.trainer import HFLightningTrainer
+from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.checkpoint.chosen_checkpoints import record_chosen_checkpoints
 from tests.models import (
     DropoutMLP,

@@ -255,7 +255,7 @@ def test_user_optimizer_and_optimizer_cls_and_kwargs(tmp_path):
     import transformers
 
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     model = make_regression_mlp()
     outputs = []
@@ -341,7 +341,7 @@ def test_warns_once_when_kwargs_model_ignores_item_count(tmp_path):
     import warnings
 
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     def run(model, data):
         args = TrainingArguments(
@@ -459,7 +459,7 @@ def test_second_train_call_matches_reference(tmp_path):
     import transformers
 
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     model = make_regression_mlp()
     histories = []

@@ -182,7 +182,7 @@ def _weighted_loss_trainer(base):
 def test_compute_loss_override(tmp_path):
     import transformers
 
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
     data = classification_data(12)
     for item in data.items:

@@ -132,7 +132,7 @@ def _build(side: str, config: dict, output_dir: Path, **extra_args) -> object:
     import transformers
 
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
     from hf_lightning.translation.environment import Environment
     from tests.models import classification_data, make_tiny_bert_classifier
 
@@ -457,7 +457,7 @@ class _RecordingModel(torch.nn.Module):
 
 def _recording_trainer(tmp_path, monkeypatch, deepspeed: dict | None):
     from hf_lightning import TrainingArguments
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
     from hf_lightning.translation.environment import Environment
 
     args = TrainingArguments(

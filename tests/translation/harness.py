@@ -250,7 +250,7 @@ def _restored_global_state() -> Iterator[None]:
 
 def _instrument(mp: pytest.MonkeyPatch, run: Run) -> None:
     """Spies on the calls some fields make and nothing else observes on CPU."""
-    import hf_lightning.engine.step_methods as step_methods
+    import hf_lightning.trainer.step_methods as step_methods
     from hf_lightning.evaluation.helpers import EvalLoopContainer
 
     def fake_compile(model, **kwargs):

@@ -1,7 +1,7 @@
 """What a window's micro-batches hold: samples, the size of the input FLOPs scale with, and non-padding tokens,
 counted without waiting for the device.
 
-Tokens follow the rule of the reference's `include_num_input_tokens_seen="non_padding"` (engine/step_methods.py
+Tokens follow the rule of the reference's `include_num_input_tokens_seen="non_padding"` (trainer/step_methods.py
 `_track_num_input_tokens`): the attention mask's sum, else the main input's entries that are not the pad token,
 else every entry of the main input; no main input, no tokens. A sum stays a tensor on the device, added to the
 window's running total there; it is read once, when the window closes.

@@ -28,7 +28,7 @@ def _dtensor_class() -> Any:
 
 
 def trainer_tp_size(trainer: Any) -> int:
-    """The trainer's tensor-parallel size, its `get_tp_size()` (hf_lightning/engine/optimizer_methods.py; a subclass may
+    """The trainer's tensor-parallel size, its `get_tp_size()` (hf_lightning/trainer/optimizer_methods.py; a subclass may
     override it); 1 for an object without one (a stand-in trainer)."""
     get_tp_size = getattr(trainer, "get_tp_size", None)
     return get_tp_size() if callable(get_tp_size) else 1

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from hf_lightning import Seq2SeqTrainingArguments, Telemetry, Trainer, TrainingArguments
-from hf_lightning.engine.seq2seq import HFLightningSeq2SeqTrainer
+from hf_lightning.trainer.seq2seq import HFLightningSeq2SeqTrainer
 from tests.models import DropoutMLP, make_tiny_gpt2, padded_lm_data, regression_data
 
 TIMING_SUFFIXES = ("_runtime", "_per_second")
