@@ -17,7 +17,6 @@ from typing import Any
 from hf_lightning.callbacks import is_exportable_state
 from hf_lightning.checkpoint.checkpointer import BEST_TRACKING_SAVE_STRATEGIES, Checkpointer
 from hf_lightning.checkpoint.fault_points import reach
-from hf_lightning.checkpoint.metrics_files import MetricsIOMixin
 from hf_lightning.checkpoint.resume import load_callback_state
 from hf_lightning.checkpoint.resume_files import (
     load_rng_state,
@@ -37,6 +36,7 @@ from hf_lightning.core.enums import enum_value
 from hf_lightning.data.position_files import SKIPPED_WINDOWS_KEY
 from hf_lightning.strategies.build import checkpoint_io_for
 from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO
+from hf_lightning.trainer.metrics_methods import MetricsIOMixin
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class CheckpointMixin(MetricsIOMixin):
     def _push_checkpoint(self, final_dir: str) -> None:
         """Push the committed checkpoint when `push_to_hub` is set."""
         if self.plan.hub.push_to_hub:
-            self._push_from_checkpoint(final_dir)  # integrations/hub.py (world process zero only)
+            self._push_from_checkpoint(final_dir)  # trainer/hub_methods.py (world process zero only)
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         """The optimizer and scheduler states, as the strategy holds and names them (`optimizer.pt` and

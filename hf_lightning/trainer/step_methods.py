@@ -26,6 +26,7 @@ from hf_lightning.engine.loss import (
     extract_loss,
     is_causal_lm_class,
 )
+from hf_lightning.engine.train_mode import ensure_train_mode
 from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.loggers import publish_logs, publish_logs_before_training
 from hf_lightning.strategies.build import steps_for
@@ -322,24 +323,3 @@ def _loss_context_is_empty(trainer: TrainingStepMixin) -> bool:
 
 _BASE_LOSS_CONTEXT = TrainingStepMixin.compute_loss_context_manager
 _BASE_AUTOCAST_CONTEXT = TrainingStepMixin.autocast_smart_context_manager
-
-
-def ensure_train_mode(model: nn.Module) -> None:
-    """`model.train()`, skipped when it could change nothing: every submodule already trains and none overrides
-    `train`. The reference calls it on every micro-batch; the skip saves a recursive `setattr` per submodule.
-
-    The walk follows `_modules`, the children `nn.Module.train` itself recurses into, with a list as the stack
-    rather than the `modules()` generators (about three Python calls per submodule on every step)."""
-    pending, seen = [model], set()
-    while pending:
-        module = pending.pop()
-        if module is None or module in seen:  # a child slot set to None (`train` skips it too), or shared
-            continue
-        seen.add(module)
-        if not module.training or type(module).train is not _MODULE_TRAIN:
-            model.train()
-            return
-        pending.extend(module._modules.values())
-
-
-_MODULE_TRAIN = nn.Module.train

@@ -61,8 +61,7 @@ from hf_lightning.engine.memory import TrainerMemoryTracker
 from hf_lightning.engine.overridable import refuse_uncalled_overrides
 from hf_lightning.engine.telemetry.meter import TelemetryMeter
 from hf_lightning.engine.telemetry.settings import resolve_telemetry
-from hf_lightning.integrations.hp_search import HyperparameterSearchMixin
-from hf_lightning.integrations.hub import HubMixin, hub_progress_bars_suppressed
+from hf_lightning.integrations.hub import hub_progress_bars_suppressed
 from hf_lightning.integrations.loggers import build_loggers
 from hf_lightning.integrations.reporting_callbacks import reporting_callbacks
 from hf_lightning.strategies.launch import maybe_launch_over_devices
@@ -70,6 +69,8 @@ from hf_lightning.strategies.tensor_parallel import plans as tensor_parallel_pla
 from hf_lightning.trainer.checkpoint_methods import CheckpointMixin
 from hf_lightning.trainer.data_methods import DataMethodsMixin
 from hf_lightning.trainer.evaluation_methods import EvaluationMixin
+from hf_lightning.trainer.hp_search_methods import HyperparameterSearchMixin
+from hf_lightning.trainer.hub_methods import HubMixin
 from hf_lightning.trainer.model_card_methods import ModelCardMixin
 from hf_lightning.trainer.optimizer_methods import OptimizerMixin
 from hf_lightning.trainer.step_methods import TrainingStepMixin
@@ -242,7 +243,7 @@ class HFLightningTrainer(
         )
         self.add_callback(PrinterCallback if args.disable_tqdm else default_progress_callback())
 
-        self.hub_model_id = None  # set by init_hf_repo (integrations/hub.py) when push_to_hub is on
+        self.hub_model_id = None  # set by init_hf_repo (trainer/hub_methods.py) when push_to_hub is on
         if self.plan.hub.push_to_hub:
             self.init_hf_repo()  # a wrong or missing token fails here, before any training
         if args.should_save:

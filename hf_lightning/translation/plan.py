@@ -102,7 +102,7 @@ class LoggingSettings:
 
 @dataclass(frozen=True)
 class HubSettings:
-    """What the Hub pushes read (integrations/hub.py). The token is not carried: it stays on the arguments, so
+    """What the Hub pushes read (trainer/hub_methods.py). The token is not carried: it stays on the arguments, so
     no plan, note or `explain()` holds it."""
 
     push_to_hub: bool = False

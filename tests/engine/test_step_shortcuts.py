@@ -23,7 +23,7 @@ from hf_lightning.data.collate import RemoveColumnsCollator, default_data_collat
 from hf_lightning.engine.lean_lightning import LeanPassThroughProfiler, LeanTrainingEpochLoop
 from hf_lightning.engine.lean_logging import LeanLoggerConnector
 from hf_lightning.engine.module import _moved_to_device
-from hf_lightning.trainer.step_methods import ensure_train_mode
+from hf_lightning.engine.train_mode import ensure_train_mode
 from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import RegressionMLP, make_regression_mlp, regression_data
 

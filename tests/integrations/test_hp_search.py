@@ -220,7 +220,7 @@ def test_grid_search_matches_reference(tmp_path, caplog):
         sampler=optuna.samplers.GridSampler({"learning_rate": LEARNING_RATES}, seed=0),
         **kwargs,
     )
-    with caplog.at_level(logging.WARNING, logger="hf_lightning.integrations.hp_search"):
+    with caplog.at_level(logging.WARNING, logger="hf_lightning.trainer.hp_search_methods"):
         ours = _search(
             "ours",
             tmp_path / "ours",
@@ -243,7 +243,7 @@ def test_grid_search_matches_reference(tmp_path, caplog):
     assert ours.trainer.hp_search_backend is None and reference.trainer.hp_search_backend is None
     assert ours.trainer.model is None and reference.trainer.model is None  # freed after each trial
     ours_warnings = [
-        r for r in caplog.records if r.name == "hf_lightning.integrations.hp_search" and "bogus_param" in r.getMessage()
+        r for r in caplog.records if r.name == "hf_lightning.trainer.hp_search_methods" and "bogus_param" in r.getMessage()
     ]
     assert len(ours_warnings) == 3
 

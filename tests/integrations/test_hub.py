@@ -336,7 +336,7 @@ def test_a_failed_background_push_is_reported(hub, tmp_path, caplog):
         _train(side, tmp_path / side, [WaitForPushes()], hub_model_id=f"{USER}/no-branch-{side}",
                hub_revision="missing", max_steps=2)
     failures = [r for r in caplog.records if "background push to the Hub failed" in r.getMessage()]
-    assert [r.name for r in failures] == ["hf_lightning.integrations.hub"]
+    assert [r.name for r in failures] == ["hf_lightning.trainer.hub_methods"]
     assert "RevisionNotFound" in failures[0].getMessage() or "missing" in failures[0].getMessage()
     assert hub.state.commits_of(f"{USER}/no-branch-ours") == []
 

@@ -388,7 +388,7 @@ def test_hub_fields_are_honoured_when_pushing(make_args):
     local = translate(make_args(**fields), CPU)
     for name in ("push_to_hub", *fields):
         assert pushing.notes[name].status == "honoured", name
-        assert "integrations/hub.py" in pushing.notes[name].how, name
+        assert "trainer/hub_methods.py" in pushing.notes[name].how, name
     for name in fields:
         assert local.notes[name].status == "not-applicable", name
     assert "hf_secret_value" not in explain(pushing)

@@ -1,7 +1,7 @@
 """Registry entries: evaluation, metrics, saving, Hub, best model and resume, Seq2Seq generation.
 
 The checkpoint on SIGTERM is served by `engine/jit_checkpoint.py` and `engine/signals.py`; the Hub fields are read
-by `integrations/hub.py`.
+by `trainer/hub_methods.py`.
 """
 
 from __future__ import annotations
@@ -69,17 +69,17 @@ def _push_to_hub(field: str, value: Any, ctx: Context) -> Decision:
     if not value:
         return honoured("no Hub push")
     return honoured(
-        "integrations/hub.py: the repo is created in the constructor (token checked first), each save is pushed "
+        "trainer/hub_methods.py: the repo is created in the constructor (token checked first), each save is pushed "
         "in the background per hub_strategy, push_to_hub() makes the final commit"
     )
 
 
 def _hub_option(how: str) -> Any:
-    """A hub_* field: read by integrations/hub.py when push_to_hub is on."""
+    """A hub_* field: read by trainer/hub_methods.py when push_to_hub is on."""
 
     def handler(field: str, value: Any, ctx: Context) -> Decision:
         if ctx.get("push_to_hub"):
-            return honoured(f"integrations/hub.py: {how}")
+            return honoured(f"trainer/hub_methods.py: {how}")
         return not_applicable("push_to_hub is off (also read by an explicit trainer.push_to_hub())")
 
     return handler
