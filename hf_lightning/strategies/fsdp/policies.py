@@ -166,10 +166,11 @@ def mixed_precision_dtype(plan: Any) -> torch.dtype | None:
 # ---- the facade's view ---------------------------------------------------------------------------------------
 
 
-def _refuse_user_optimizer(facade: Any) -> None:
+def _refuse_user_optimizer(optimizer: Any, lr_scheduler: Any) -> None:
     """The reference refuses `optimizers=` under FSDP: an optimizer built on the unwrapped model would update
-    parameters FSDP no longer uses. Checked before the first wrap, when only the user can have made one."""
-    if facade.optimizer is not None or facade.lr_scheduler is not None:
+    parameters FSDP no longer uses. Checked before the first wrap, when only the user can have made one (the
+    trainer's `optimizer` and `lr_scheduler`)."""
+    if optimizer is not None or lr_scheduler is not None:
         raise RuntimeError(
             "Passing `optimizers` is not allowed if PyTorch FSDP is enabled. You should subclass `Trainer` and "
             "override the `create_optimizer_and_scheduler` method."
