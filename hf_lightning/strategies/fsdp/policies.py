@@ -47,10 +47,13 @@ import contextlib
 import functools
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from hf_lightning.translation.plan import Plan
 
 __all__ = [
     "FSDP_STRATEGY_NAMES",
@@ -70,9 +73,9 @@ FSDP_STRATEGY_NAMES = ("fsdp", "fsdp2")
 _SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 
 
-def is_fsdp_plan(plan: Any) -> bool:
+def is_fsdp_plan(plan: Plan) -> bool:
     """Whether the translation plan trains with FSDP (version 1 or 2)."""
-    strategy = getattr(plan, "strategy", None)
+    strategy = plan.strategy
     return strategy is not None and strategy.name in FSDP_STRATEGY_NAMES
 
 
