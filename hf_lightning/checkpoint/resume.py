@@ -242,7 +242,7 @@ class Resumer:
         # The strategy's files: FSDP loads into the wrapped model and DeepSpeed's engine its own checkpoint at train
         # start, one process or DDP reads model.safetensors now (strategies/checkpoint_io.py).
         io = trainer._checkpoint_io
-        io.check_resumable(trainer, checkpoint)
+        io.check_resumable(checkpoint)
         state_path = os.path.join(checkpoint, TRAINER_STATE_NAME)
         if not os.path.isfile(state_path):
             raise ValueError(

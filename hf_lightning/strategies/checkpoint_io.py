@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -39,6 +39,9 @@ from hf_lightning.strategies.portable_state import (
     read_full_optimizer_state,
 )
 
+if TYPE_CHECKING:
+    from hf_lightning.strategies.ports import CheckpointIOOwner
+
 logger = logging.getLogger(__name__)
 
 WEIGHTS_FILES = (
@@ -63,7 +66,7 @@ def optimizer_map_location(args: Any) -> Any:
     return args.device if args.world_size > 1 and args.device.type != "cpu" else "cpu"
 
 
-def _plain_optimizer(optimizer: Any) -> Any:
+def plain_optimizer(optimizer: Any) -> Any:
     """The torch optimizer inside Lightning's `LightningOptimizer` (the facade may hold either)."""
     return getattr(optimizer, "_optimizer", optimizer)
 
@@ -71,8 +74,8 @@ def _plain_optimizer(optimizer: Any) -> Any:
 class StrategyCheckpointIO:
     """One process's model, or DDP replicas: the reference's plain checkpoint files.
 
-    `trainer` is the facade (`core/protocols.py`'s `TrainerLike`); methods that write run on the processes allowed to
-    save unless their docstring says "all ranks" (they then hold collectives).
+    `trainer` is what the I/O reads of the trainer (`strategies/ports.py`'s `CheckpointIOOwner`); methods that write
+    run on the processes allowed to save unless their docstring says "all ranks" (they then hold collectives).
     """
 
     # The model weights load at `train()` entry, before the optimizer exists (FSDP and DeepSpeed load into the wrapped
@@ -85,7 +88,7 @@ class StrategyCheckpointIO:
 
     # ---- resuming ---------------------------------------------------------------------------------------------
 
-    def check_resumable(self, trainer: Any, checkpoint: str) -> None:
+    def check_resumable(self, checkpoint: str) -> None:
         """Before anything is read: refuse a folder this strategy cannot resume from (ValueError naming it). Any
         layout we write resumes here (strategies/portable_state.py), a PEFT run's adapter-only folder too (loaded into
         the model's active adapter by `load_weights`); DeepSpeed's engine folders do not."""
@@ -104,7 +107,7 @@ class StrategyCheckpointIO:
             return [SCHEDULER_NAME]
         return []
 
-    def load_weights(self, trainer: Any, checkpoint: str, model: Any) -> None:
+    def load_weights(self, trainer: CheckpointIOOwner, checkpoint: str, model: Any) -> None:
         """The weights of `checkpoint` into `model`, non-strict, from the CPU (the reference's `_load_from_checkpoint`);
         an adapter-only checkpoint into a PEFT model's active adapter."""
         present = weights_files_present(checkpoint)
@@ -130,7 +133,7 @@ class StrategyCheckpointIO:
         del state_dict
         trainer._issue_warnings_after_load(load_result)
 
-    def load_best_weights(self, trainer: Any, best_dir: str) -> None:
+    def load_best_weights(self, trainer: CheckpointIOOwner, best_dir: str) -> None:
         """`load_best_model_at_end`: the best checkpoint's weights into `trainer.model`. Missing weights only warn,
         as in the reference."""
         model = trainer.model
@@ -149,7 +152,7 @@ class StrategyCheckpointIO:
     def _load_state_dict(self, model: Any, state_dict: dict) -> Any:
         return model.load_state_dict(state_dict, False)
 
-    def load_optimizer_and_scheduler(self, trainer: Any, files: Any) -> None:
+    def load_optimizer_and_scheduler(self, trainer: CheckpointIOOwner, files: Any) -> None:
         """Once Lightning has set them up: the optimizer and scheduler states read at entry (`files` is resume's
         `ResumeFiles`; nothing when the checkpoint has none)."""
         if OPTIMIZER_NAME in files.names:
@@ -160,22 +163,22 @@ class StrategyCheckpointIO:
             return
         if is_keyed_by_name(state):  # FSDP wrote it: matched through this optimizer's parameter order
             state = optimizer_state_by_index(state, optimizer_parameter_names(trainer.model, trainer.optimizer))
-        self._load_optimizer_state(trainer, state)
+        self._load_optimizer_state(trainer.model, trainer.optimizer, state)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
             trainer.lr_scheduler.load_state_dict(files.take(SCHEDULER_NAME))
 
-    def _load_optimizer_state(self, trainer: Any, state: dict[str, Any]) -> None:
-        """A full, index-keyed optimizer state into the run's optimizer."""
-        trainer.optimizer.load_state_dict(state)
+    def _load_optimizer_state(self, model: Any, optimizer: Any, state: dict[str, Any]) -> None:
+        """A full, index-keyed optimizer state into the run's optimizer (of `model`)."""
+        optimizer.load_state_dict(state)
 
     # ---- saving -----------------------------------------------------------------------------------------------
 
-    def save_optimizer_and_scheduler(self, trainer: Any, output_dir: str, reach: Any) -> None:
+    def save_optimizer_and_scheduler(self, trainer: CheckpointIOOwner, output_dir: str, reach: Any) -> None:
         """`optimizer.pt` and `scheduler.pt` (their `state_dict()`); `reach(point)` marks the fault-test kill points."""
         if not trainer.args.should_save:
             return
-        optimizer_state = self._optimizer_state(trainer)
+        optimizer_state = self._optimizer_state(trainer.optimizer)
         self.write_optimizer_and_scheduler(optimizer_state, scheduler_state(trainer.lr_scheduler), output_dir, reach)
 
     def write_optimizer_and_scheduler(
@@ -188,15 +191,15 @@ class StrategyCheckpointIO:
         reach("scheduler")
         torch.save(scheduler_state, os.path.join(output_dir, SCHEDULER_NAME))
 
-    def _optimizer_state(self, trainer: Any) -> dict[str, Any]:
-        return trainer.optimizer.state_dict()
+    def _optimizer_state(self, optimizer: Any) -> dict[str, Any]:
+        return optimizer.state_dict()
 
-    def _save_scheduler(self, trainer: Any, output_dir: str, reach: Any) -> None:
-        state = scheduler_state(trainer.lr_scheduler)
+    def _save_scheduler(self, scheduler: Any, output_dir: str, reach: Any) -> None:
+        state = scheduler_state(scheduler)
         reach("scheduler")
         torch.save(state, os.path.join(output_dir, SCHEDULER_NAME))
 
-    def save_model(self, trainer: Any, output_dir: str, in_checkpoint: bool = False) -> None:
+    def save_model(self, trainer: CheckpointIOOwner, output_dir: str, in_checkpoint: bool = False) -> None:
         """`save_model`'s weights: the trainer's `_save` with the model as this process holds it. All ranks.
         `in_checkpoint`: the call writes a `checkpoint-N` folder (a sharded strategy keeps its shards there)."""
         trainer._save(output_dir)

@@ -4,7 +4,7 @@ DeepSpeed's engine takes its inputs in."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -12,6 +12,9 @@ from hf_lightning.core.autocast import planned_autocast_dtype
 from hf_lightning.strategies.deepspeed.steps import deepspeed_input_dtype
 from hf_lightning.strategies.fsdp.policies import is_fsdp2_model
 from hf_lightning.strategies.tensor_parallel.shards import trainer_tp_size
+
+if TYPE_CHECKING:
+    from hf_lightning.strategies.ports import ProcessLayout
 
 
 def _uses_deepspeed(plan: Any) -> bool:
@@ -32,10 +35,10 @@ def evaluation_autocast_dtype(plan: Any, model: Any) -> torch.dtype | None:
     return planned_autocast_dtype(plan.module)
 
 
-def evaluation_replicas(trainer: Any) -> int:
+def evaluation_replicas(trainer: ProcessLayout) -> int:
     """The processes that evaluate different samples: all of them, except that the tensor-parallel ranks of a
     replica see the same batches."""
-    return max(1, getattr(trainer.args, "world_size", 1) // trainer_tp_size(trainer))
+    return max(1, trainer.args.world_size // trainer_tp_size(trainer))
 
 
 def check_evaluation_before_training(plan: Any, args: Any, engine: Any) -> None:
@@ -65,6 +68,6 @@ def check_evaluation_before_training(plan: Any, args: Any, engine: Any) -> None:
         )
 
 
-def tensor_parallel_size(trainer: Any) -> int:
+def tensor_parallel_size(trainer: ProcessLayout) -> int:
     """The processes one replica's model is split over: 1 unless the run is tensor parallel."""
     return trainer_tp_size(trainer)

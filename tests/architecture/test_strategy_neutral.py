@@ -131,3 +131,31 @@ def test_strategies_write_nothing_on_the_facade():
                     if isinstance(element, ast.Attribute) and _is_facade(element.value):
                         found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} sets .{element.attr}")
     assert not found, "strategies writing on the facade:\n" + "\n".join(found)
+
+
+# ---- strategies/ take narrow ports, not the whole trainer --------------------------------------------------------
+
+_TRAINER_NAMES = ("trainer", "facade", "owner")
+_WIDE_ANNOTATIONS = ("Any", "TrainerLike")
+
+
+def test_strategies_take_narrow_ports_not_the_trainer():
+    """A trainer parameter in `strategies/` is typed by the protocol naming what it uses (strategies/ports.py) or
+    Lightning's `pl.Trainer`; never `Any`, `TrainerLike` or nothing; no `getattr(trainer, ...)` guard."""
+    found = []
+    for path in sorted((ROOT / "strategies").rglob("*.py")):
+        where = path.relative_to(ROOT.parent)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                for argument in arguments:
+                    if argument.arg not in _TRAINER_NAMES:
+                        continue
+                    annotation = None if argument.annotation is None else ast.unparse(argument.annotation)
+                    if annotation is None or annotation in _WIDE_ANNOTATIONS:
+                        found.append(f"{where}:{node.lineno} {node.name}({argument.arg}: {annotation})")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr":
+                target = ast.unparse(node.args[0]) if node.args else ""
+                if target.split(".")[0] in _TRAINER_NAMES:
+                    found.append(f"{where}:{node.lineno} getattr({target}, ...)")
+    assert not found, "wide trainer parameters or guards in strategies/:\n" + "\n".join(found)

@@ -72,6 +72,9 @@ class StandInTrainer(EvaluationMixin):
     def _report_to_hp_search(self, trial, step, metrics):
         assert trial is None  # no hyperparameter search in these tests
 
+    def get_tp_size(self):
+        return 1  # one process, no tensor parallelism
+
     def _dataloader(self, dataset):
         return DataLoader(
             dataset,
@@ -915,6 +918,9 @@ class Facade(EvaluationMixin):
 
     def _current_loggers(self):
         return []
+
+    def get_tp_size(self):
+        return 1
 
     def num_examples(self, dataloader):
         return len(dataloader.dataset)

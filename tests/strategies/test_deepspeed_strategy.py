@@ -390,6 +390,21 @@ def test_views_do_not_step_what_the_engine_steps():
     assert engine_owned.get_last_lr() == [0.05] and engine_owned.last_epoch == 0
 
 
+def test_a_user_optimizer_is_dropped_with_a_warning_and_the_engines_views_silently(caplog):
+    """`optimizers=` under DeepSpeed: the engine is built from the config or the arguments, as the reference does;
+    the warning names what to override. The views our engine set-up left in the trainer are not the user's."""
+    from hf_lightning.strategies.deepspeed.strategy import HFDeepSpeedStrategy
+
+    inner = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.5)
+    view = EngineOptimizerView(inner)
+    with caplog.at_level("WARNING", logger="hf_lightning.strategies.deepspeed.strategy"):
+        HFDeepSpeedStrategy._warn_if_given_optimizers_are_dropped(view, None)
+        HFDeepSpeedStrategy._warn_if_given_optimizers_are_dropped(None, None)
+        assert not caplog.records
+        HFDeepSpeedStrategy._warn_if_given_optimizers_are_dropped(inner, None)
+    assert len(caplog.records) == 1 and "Override `create_optimizer`" in caplog.records[0].getMessage()
+
+
 # ---------------------------------------------------------------- DeepSpeed before train(), resume, evaluation
 
 

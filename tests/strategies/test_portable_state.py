@@ -174,14 +174,12 @@ def test_a_distributed_checkpoint_whose_metadata_holds_code_is_refused(tmp_path)
 
 def test_a_deepspeed_checkpoint_is_refused_outside_deepspeed_even_with_weights(tmp_path):
     """Its optimizer state is in DeepSpeed's engine folder: resuming it elsewhere would restart the optimizer."""
-    from types import SimpleNamespace
-
     from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO
     from hf_lightning.strategies.fsdp.checkpoint import FSDPCheckpointIO
 
     torch.save({"w": torch.ones(2)}, tmp_path / "pytorch_model.bin")
-    StrategyCheckpointIO().check_resumable(SimpleNamespace(), str(tmp_path))
+    StrategyCheckpointIO().check_resumable(str(tmp_path))
     (tmp_path / "global_step4").mkdir()
     for io in (StrategyCheckpointIO(), FSDPCheckpointIO()):
         with pytest.raises(ValueError, match=r"DeepSpeed engine checkpoint .*ds_to_universal"):
-            io.check_resumable(SimpleNamespace(), str(tmp_path))
+            io.check_resumable(str(tmp_path))

@@ -52,6 +52,9 @@ from hf_lightning.strategies.deepspeed.steps import engine_global_grad_norm, eng
 from hf_lightning.strategies.process_group_options import process_group_kwargs
 
 if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    from hf_lightning.strategies.ports import CheckpointIOOwner, ScheduleBuilder
     from hf_lightning.translation.plan import Plan
 
 logger = logging.getLogger(__name__)
@@ -253,7 +256,7 @@ class HFDeepSpeedStrategy(DeepSpeedStrategy):
         """The reference's `accelerator.optimizer_step_was_skipped`: the engine's optimizer overflowed (fp16)."""
         return self._engine is not None and bool(getattr(self._engine.optimizer, "overflow", False))
 
-    def setup(self, trainer: Any) -> None:
+    def setup(self, trainer: pl.Trainer) -> None:
         facade = self.lightning_module.facade
         if not self.config_finalized:
             self.finalize_config(facade.args, facade.model, facade.state.max_steps)
@@ -266,7 +269,7 @@ class HFDeepSpeedStrategy(DeepSpeedStrategy):
         facade = module.facade
         config = self.config
         deepspeed.utils.logger.setLevel(facade.args.get_process_log_level())
-        self._warn_if_given_optimizers_are_dropped(facade)
+        self._warn_if_given_optimizers_are_dropped(facade.optimizer, facade.lr_scheduler)
         module.adopt_optimizer_and_scheduler(None, None)  # rebuilt on every train() call, as deepspeed_init does
         model = module.model
         optimizer, model_parameters, client_scheduler = None, None, None
@@ -274,7 +277,7 @@ class HFDeepSpeedStrategy(DeepSpeedStrategy):
             # DeepSpeed builds the optimizer from the config; args.optim is not used (R5.1).
             model_parameters = [p for p in model.parameters() if p.requires_grad]
             if not config_owns_scheduler(config):
-                client_scheduler = self._trainer_scheduler_factory(facade)
+                client_scheduler = self._trainer_scheduler_factory(facade, facade.state.max_steps)
         else:
             optimizer = _offload_ready_optimizer(facade.create_optimizer(), config)
         # No device index off CUDA: DeepSpeed then reads LOCAL_RANK, as it does under accelerate.
@@ -301,11 +304,13 @@ class HFDeepSpeedStrategy(DeepSpeedStrategy):
         # The engine moved the user's model; the LightningModule's recorded device follows (self.device).
         module._device = self.root_device
         self._set_deepspeed_activation_checkpointing()
-        self._resume_engine(facade)
+        run = facade._training_run  # set while train() runs, which builds the engine
+        files = run.resume.files if run is not None else None
+        self._resume_engine(None if files is None else files.checkpoint, facade.model, facade.lr_scheduler)
 
-    def _trainer_scheduler_factory(self, facade: Any) -> Callable[[Any], Any]:
+    @staticmethod
+    def _trainer_scheduler_factory(facade: ScheduleBuilder, num_training_steps: int) -> Callable[[Any], Any]:
         """DeepSpeed's optimizer with the trainer's schedule: the engine builds it on its optimizer (and steps it)."""
-        num_training_steps = facade.state.max_steps
 
         def build(optimizer: Any) -> Any:
             # A shallow copy, so the facade's own scheduler slot is untouched (the reference does the same).
@@ -316,14 +321,10 @@ class HFDeepSpeedStrategy(DeepSpeedStrategy):
         return build
 
     @staticmethod
-    def _warn_if_given_optimizers_are_dropped(facade: Any) -> None:
+    def _warn_if_given_optimizers_are_dropped(optimizer: Any, lr_scheduler: Any) -> None:
         # What remains in the facade at set-up was passed by the user (ours are views, or reset per train()).
         views = (EngineOptimizerView, EngineSchedulerView)
-        given = [
-            obj
-            for obj in (facade.optimizer, facade.lr_scheduler)
-            if obj is not None and not isinstance(obj, views)
-        ]
+        given = [obj for obj in (optimizer, lr_scheduler) if obj is not None and not isinstance(obj, views)]
         if given:
             logger.warning(
                 "DeepSpeed: the optimizer / scheduler passed to the trainer (`optimizers=`) are not used; the engine "
@@ -331,19 +332,16 @@ class HFDeepSpeedStrategy(DeepSpeedStrategy):
                 "`create_optimizer` / `create_scheduler` to customise them."
             )
 
-    def _resume_engine(self, facade: Any) -> None:
-        """Resuming: the engine's own checkpoint (weights, optimizer, engine scheduler), then `scheduler.pt` when the
-        trainer's schedule is ours to step (the reference's `deepspeed_load_checkpoint` and
-        `_load_optimizer_and_scheduler`)."""
-        run = getattr(facade, "_training_run", None)
-        files = run.resume.files if run is not None else None
-        if files is None:
+    def _resume_engine(self, checkpoint: str | None, model: Any, lr_scheduler: Any) -> None:
+        """Resuming from `checkpoint` (None: a fresh start): the engine's own checkpoint (weights, optimizer, engine
+        scheduler), then `scheduler.pt` into `lr_scheduler` when the trainer's schedule is ours to step (the
+        reference's `deepspeed_load_checkpoint` and `_load_optimizer_and_scheduler`)."""
+        if checkpoint is None:
             return
-        checkpoint = files.checkpoint
-        load_engine_checkpoint(self._engine, checkpoint, load_module_strict=not is_peft_model(facade.model))
-        if not isinstance(facade.lr_scheduler, EngineSchedulerView):
+        load_engine_checkpoint(self._engine, checkpoint, load_module_strict=not is_peft_model(model))
+        if not isinstance(lr_scheduler, EngineSchedulerView):
             state = safe_torch_load(os.path.join(checkpoint, SCHEDULER_NAME))
-            facade.lr_scheduler.load_state_dict(state)
+            lr_scheduler.load_state_dict(state)
 
     def teardown(self) -> None:
         # Lightning's default moves the model and the optimizer state to CPU after fit; the reference leaves them
@@ -405,23 +403,23 @@ def _consolidated_state_dict(engine: Any) -> dict[str, torch.Tensor]:
     return clone_tensors_for_torch_save(engine.module.state_dict())
 
 
-def save_deepspeed_model(facade: Any, output_dir: str) -> None:
+def save_deepspeed_model(trainer: CheckpointIOOwner, output_dir: str) -> None:
     """The reference's `save_model` under DeepSpeed (all ranks): consolidated weights, or under ZeRO-3 without the
     16-bit gather the engine's checkpoint (recover the weights with its `zero_to_fp32.py`)."""
-    engine = facade.model_wrapped
+    engine = trainer.model_wrapped
     if not is_deepspeed_engine(engine):  # before any train(): the model is not sharded yet
-        facade._save(output_dir)
+        trainer._save(output_dir)
         return
     try:
         state_dict = _consolidated_state_dict(engine)
-        facade._save(output_dir, state_dict=state_dict)
+        trainer._save(output_dir, state_dict=state_dict)
     except ValueError:
         logger.warning(
             " stage3_gather_16bit_weights_on_model_save=false. Saving the full checkpoint instead, use"
             " zero_to_fp32.py to recover weights"
         )
-        facade._save(output_dir, state_dict={})
-        if facade.args.should_save:
+        trainer._save(output_dir, state_dict={})
+        if trainer.args.should_save:
             for name in _WEIGHTS_FILES:  # the empty weights file written just above
                 path = os.path.join(output_dir, name)
                 if os.path.isfile(path):
@@ -429,16 +427,18 @@ def save_deepspeed_model(facade: Any, output_dir: str) -> None:
         engine.save_checkpoint(output_dir)
 
 
-def save_deepspeed_optimizer_and_scheduler(facade: Any, output_dir: str) -> None:
-    """The engine's checkpoint (`global_step<N>/`, `latest`, `zero_to_fp32.py`; all ranks), and `scheduler.pt`
-    when the trainer steps its own schedule (not when the engine owns it), as the reference saves them."""
-    engine = facade.model_wrapped
-    if is_peft_model(facade.model):
+def save_deepspeed_optimizer_and_scheduler(
+    engine: Any, model: Any, lr_scheduler: Any, output_dir: str, *, should_save: bool
+) -> None:
+    """The `engine`'s checkpoint (`global_step<N>/`, `latest`, `zero_to_fp32.py`; all ranks), and `scheduler.pt`
+    when the trainer steps its own schedule (not when the engine owns it) and this process saves (`should_save`),
+    as the reference saves them. `model`: the user's model (a PEFT model's frozen parameters are left out)."""
+    if is_peft_model(model):
         engine.save_checkpoint(output_dir, exclude_frozen_parameters=True)
     else:
         engine.save_checkpoint(output_dir)
-    if facade.args.should_save and not isinstance(facade.lr_scheduler, EngineSchedulerView):
-        torch.save(facade.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+    if should_save and not isinstance(lr_scheduler, EngineSchedulerView):
+        torch.save(lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
 
 
 def load_engine_checkpoint(engine: Any, checkpoint: str, load_module_strict: bool = True) -> None:

@@ -19,13 +19,17 @@ import dataclasses
 import logging
 import os
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from hf_lightning.core.checkpoint_files import SCHEDULER_NAME, safe_torch_load
-from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO, refuse_deepspeed_checkpoint
+from hf_lightning.strategies.checkpoint_io import (
+    StrategyCheckpointIO,
+    plain_optimizer,
+    refuse_deepspeed_checkpoint,
+)
 from hf_lightning.strategies.distributed import barrier
 from hf_lightning.strategies.fsdp.policies import is_fsdp1_model
 from hf_lightning.strategies.portable_state import (
@@ -46,6 +50,11 @@ from hf_lightning.strategies.portable_state import (
     sharded_optimizer_folder,
 )
 
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
+    from hf_lightning.strategies.ports import CheckpointIOOwner
+    from hf_lightning.translation.plan import Plan
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -58,17 +67,18 @@ __all__ = [
     "save_fsdp_model",
     "save_fsdp_optimizer",
     "save_fsdp_weights",
+    "saves_full_state",
 ]
 
 
-def _is_full(trainer: Any) -> bool:
+def saves_full_state(plan: Plan) -> bool:
     """Whether the run saves full state dicts (`FULL_STATE_DICT`) rather than shards."""
-    return trainer.plan.strategy.fsdp.state_dict_type == "FULL_STATE_DICT"
+    return plan.strategy.fsdp.state_dict_type == "FULL_STATE_DICT"
 
 
-def _multi_process(trainer: Any) -> bool:
+def _multi_process(args: TrainingArguments) -> bool:
     # accelerate offloads a full state dict to the CPU, on rank 0 only, when there is more than one process.
-    return trainer.args.world_size > 1
+    return args.world_size > 1
 
 
 def _fsdp1_context(model: nn.Module, full: bool, multi_process: bool) -> Any:
@@ -109,12 +119,11 @@ def _fsdp2_options(full: bool, multi_process: bool) -> Any:
     return StateDictOptions(full_state_dict=False, cpu_offload=True)
 
 
-def _state_dict_mode(trainer: Any, full: bool) -> tuple[Any, Any]:
-    """(context, options): FSDP1's state-dict-type context, or FSDP2's `StateDictOptions`."""
-    model = trainer.model_wrapped
+def _state_dict_mode(model: nn.Module, full: bool, args: TrainingArguments) -> tuple[Any, Any]:
+    """(context, options) for the wrapped `model`: FSDP1's state-dict-type context, or FSDP2's `StateDictOptions`."""
     if is_fsdp1_model(model):
-        return _fsdp1_context(model, full, _multi_process(trainer)), None
-    return contextlib.nullcontext(), _fsdp2_options(full, _multi_process(trainer))
+        return _fsdp1_context(model, full, _multi_process(args)), None
+    return contextlib.nullcontext(), _fsdp2_options(full, _multi_process(args))
 
 
 def _model_state(model: nn.Module, options: Any) -> dict[str, Any]:
@@ -140,12 +149,12 @@ def gather_full_state_dict(model: nn.Module) -> dict[str, Any]:
 # ---- saving ------------------------------------------------------------------------------------------------
 
 
-def save_fsdp_weights(trainer: Any, output_dir: str, in_checkpoint: bool = False) -> None:
+def save_fsdp_weights(trainer: CheckpointIOOwner, output_dir: str, in_checkpoint: bool = False) -> None:
     """`save_model` under FSDP: the full weights gathered onto rank 0 (one tensor at a time, never the whole model
     on every rank) go through the usual `_save` (model.safetensors, config, training_args.bin). In a checkpoint a
     sharded run keeps its shards (`pytorch_model_fsdp_0/`) and writes only the model's config beside them, so the
     folder consolidates on its own (docs/divergences.md: the reference writes no weights after a sharded run)."""
-    if _is_full(trainer) or not in_checkpoint:
+    if saves_full_state(trainer.plan) or not in_checkpoint:
         trainer._save(output_dir, state_dict=gather_full_state_dict(trainer.model_wrapped))
     elif trainer.args.should_save:
         save_model_config(trainer.model, output_dir)
@@ -160,24 +169,20 @@ def save_model_config(model: nn.Module, output_dir: str) -> None:
             config.save_pretrained(output_dir)
 
 
-def save_fsdp_model(trainer: Any, output_dir: str) -> None:
-    """`pytorch_model_fsdp.bin` (full, rank 0) or the `pytorch_model_fsdp_0/` distributed checkpoint."""
-    full = _is_full(trainer)
-    context, options = _state_dict_mode(trainer, full)
+def save_fsdp_model(model: nn.Module, output_dir: str, *, full: bool, args: TrainingArguments) -> None:
+    """The wrapped `model`'s `pytorch_model_fsdp.bin` (`full`: rank 0) or `pytorch_model_fsdp_0/` distributed
+    checkpoint."""
+    context, options = _state_dict_mode(model, full, args)
     os.makedirs(output_dir, exist_ok=True)
     with context:
-        _write_state(
-            trainer, output_dir, FSDP_MODEL_NAME, "model", _model_state(trainer.model_wrapped, options), full
-        )
+        _write_state(output_dir, FSDP_MODEL_NAME, "model", _model_state(model, options), full, args.process_index)
 
 
-def _write_state(
-    trainer: Any, output_dir: str, name: str, key: str, state: dict[str, Any], full: bool
-) -> None:
+def _write_state(output_dir: str, name: str, key: str, state: dict[str, Any], full: bool, process_index: int) -> None:
     """Rank 0 writes the full state to `<name>.bin`; or every rank its shard, under `key`, to the distributed
     checkpoint `<name>_0/` (accelerate's file names)."""
     if full:
-        if trainer.args.process_index == 0:
+        if process_index == 0:
             torch.save(state, os.path.join(output_dir, f"{name}.bin"))
         return
     import torch.distributed.checkpoint as dcp
@@ -187,8 +192,7 @@ def _write_state(
     dcp.save({key: state}, storage_writer=dcp.FileSystemWriter(folder))
 
 
-def _optimizer_state(trainer: Any, options: Any) -> dict[str, Any]:
-    model, optimizer = trainer.model_wrapped, _plain_optimizer(trainer.optimizer)
+def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, options: Any) -> dict[str, Any]:
     if options is None:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
@@ -198,19 +202,15 @@ def _optimizer_state(trainer: Any, options: Any) -> dict[str, Any]:
     return get_optimizer_state_dict(model, optimizer, options=options)
 
 
-def _plain_optimizer(optimizer: Any) -> torch.optim.Optimizer:
-    """The torch optimizer inside Lightning's `LightningOptimizer` (the facade may hold either)."""
-    return getattr(optimizer, "_optimizer", optimizer)
-
-
-def save_fsdp_optimizer(trainer: Any, output_dir: str) -> None:
-    """`optimizer.bin` (full, rank 0) or the `optimizer_0/` distributed checkpoint."""
-    full = _is_full(trainer)
-    context, options = _state_dict_mode(trainer, full)
+def save_fsdp_optimizer(
+    model: nn.Module, optimizer: Any, output_dir: str, *, full: bool, args: TrainingArguments
+) -> None:
+    """The optimizer of the wrapped `model`: `optimizer.bin` (`full`: rank 0) or the `optimizer_0/` distributed
+    checkpoint."""
+    context, options = _state_dict_mode(model, full, args)
     with context:
-        _write_state(
-            trainer, output_dir, FSDP_OPTIMIZER_NAME, "optimizer", _optimizer_state(trainer, options), full
-        )
+        state = _optimizer_state(model, plain_optimizer(optimizer), options)
+        _write_state(output_dir, FSDP_OPTIMIZER_NAME, "optimizer", state, full, args.process_index)
 
 
 # ---- loading -----------------------------------------------------------------------------------------------
@@ -222,14 +222,14 @@ def _reads_sharded(input_dir: str) -> bool:
     return sharded_model_folder(input_dir) is not None
 
 
-def load_fsdp_model(trainer: Any, input_dir: str) -> Any:
+def load_fsdp_model(model: nn.Module, input_dir: str, args: TrainingArguments) -> Any:
     """Load a checkpoint's weights into the wrapped model, whatever layout wrote them (accelerate's
     `load_fsdp_model` for its own files): `pytorch_model_fsdp_0/` resharded by `torch.distributed.checkpoint`,
     else the full weights (`pytorch_model_fsdp.bin`, or `model.safetensors` of a run without FSDP) handed to FSDP
-    as a full state dict. The reference resumes and loads the best model this way under FSDP."""
+    as a full state dict, into the wrapped `model`. The reference resumes and loads the best model this way under
+    FSDP."""
     sharded = _reads_sharded(input_dir)
-    model = trainer.model_wrapped
-    context, options = _state_dict_mode(trainer, not sharded)
+    context, options = _state_dict_mode(model, not sharded, args)
     strict = True
     barrier()
     with context:
@@ -241,7 +241,7 @@ def load_fsdp_model(trainer: Any, input_dir: str) -> Any:
                     "model.safetensors); resume from a complete checkpoint"
                 )
             # FSDP2 broadcasts from rank 0; FSDP1 loads the whole dict on every rank.
-            reads = options is None or trainer.args.process_index == 0 or not _multi_process(trainer)
+            reads = options is None or args.process_index == 0 or not _multi_process(args)
             state = {}
             if reads:
                 state = safe_torch_load(fsdp_file) if fsdp_file else read_full_model_state(input_dir)
@@ -272,25 +272,28 @@ def load_fsdp_model(trainer: Any, input_dir: str) -> Any:
     return result
 
 
-def load_fsdp_optimizer(trainer: Any, input_dir: str) -> None:
-    """Load a checkpoint's optimizer state into the run's optimizer, whatever layout wrote it (accelerate's
-    `load_fsdp_optimizer` for its own files): `optimizer_0/` resharded, else the full state (`optimizer.bin`, or
-    `optimizer.pt` keyed by name through this run's parameter order) handed to FSDP as a full state dict."""
+def load_fsdp_optimizer(
+    model: nn.Module, optimizer: Any, input_dir: str, args: TrainingArguments, *, named_by: nn.Module
+) -> None:
+    """Load a checkpoint's optimizer state into the optimizer of the wrapped `model`, whatever layout wrote it
+    (accelerate's `load_fsdp_optimizer` for its own files): `optimizer_0/` resharded, else the full state
+    (`optimizer.bin`, or `optimizer.pt` keyed by name through the parameter order of `named_by`, the trainer's
+    model) handed to FSDP as a full state dict."""
     sharded = sharded_optimizer_folder(input_dir) is not None
-    model, optimizer = trainer.model_wrapped, _plain_optimizer(trainer.optimizer)
-    context, options = _state_dict_mode(trainer, not sharded)
+    optimizer = plain_optimizer(optimizer)
+    context, options = _state_dict_mode(model, not sharded, args)
     barrier()
     with context:
         if not sharded:
             state = None
-            if trainer.args.process_index == 0:  # rank 0 reads; FSDP hands the state to the other ranks
+            if args.process_index == 0:  # rank 0 reads; FSDP hands the state to the other ranks
                 state = read_full_optimizer_state(input_dir)
                 if not is_keyed_by_name(state):  # optimizer.pt of a run without FSDP: named through our order
-                    state = optimizer_state_by_name(state, optimizer_parameter_names(trainer.model, optimizer))
+                    state = optimizer_state_by_name(state, optimizer_parameter_names(named_by, optimizer))
             if options is not None and state is None:
                 state = {}
         else:
-            state = _read_sharded_optimizer(trainer, options, sharded_optimizer_folder(input_dir))
+            state = _read_sharded_optimizer(model, optimizer, options, sharded_optimizer_folder(input_dir))
         if options is None:
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
@@ -302,7 +305,9 @@ def load_fsdp_optimizer(trainer: Any, input_dir: str) -> None:
     barrier()
 
 
-def _read_sharded_optimizer(trainer: Any, options: Any, folder: str) -> dict[str, Any]:
+def _read_sharded_optimizer(
+    model: nn.Module, optimizer: torch.optim.Optimizer, options: Any, folder: str
+) -> dict[str, Any]:
     """The `optimizer_0/` distributed checkpoint, shaped after this run's shards.
 
     FSDP2's template (`get_optimizer_state_dict`) creates the optimizer's state first, so every saved entry has a
@@ -315,12 +320,12 @@ def _read_sharded_optimizer(trainer: Any, options: Any, folder: str) -> dict[str
     check_distributed_checkpoint(folder)  # FSDP1's reader below still reads parameter groups unrestricted
     reader = dcp.FileSystemReader(folder)
     if options is not None:
-        holder = {"optimizer": _optimizer_state(trainer, options)}
+        holder = {"optimizer": _optimizer_state(model, optimizer, options)}
         dcp.load(holder, storage_reader=reader, planner=safe_load_planner(DefaultLoadPlanner))
         return holder["optimizer"]
     from torch.distributed.checkpoint.optimizer import load_sharded_optimizer_state_dict
 
-    model_state = trainer.model_wrapped.state_dict()
+    model_state = model.state_dict()
     return load_sharded_optimizer_state_dict(model_state, optimizer_key="optimizer", storage_reader=reader)[
         "optimizer"
     ]
@@ -334,7 +339,7 @@ class FSDPCheckpointIO(StrategyCheckpointIO):
     weights_files_required = False
     supports_background_writes = False
 
-    def check_resumable(self, trainer: Any, checkpoint: str) -> None:
+    def check_resumable(self, checkpoint: str) -> None:
         """Any layout we write resumes under FSDP (its sharded or full files, or a run's without FSDP)."""
         refuse_deepspeed_checkpoint(checkpoint)
         if not has_model_state(checkpoint):
@@ -347,29 +352,32 @@ class FSDPCheckpointIO(StrategyCheckpointIO):
             return [SCHEDULER_NAME]
         return []
 
-    def load_weights(self, trainer: Any, checkpoint: str, model: Any) -> None:
-        load_fsdp_model(trainer, checkpoint)
+    def load_weights(self, trainer: CheckpointIOOwner, checkpoint: str, model: Any) -> None:
+        load_fsdp_model(trainer.model_wrapped, checkpoint, trainer.args)
 
-    def load_best_weights(self, trainer: Any, best_dir: str) -> None:
-        load_fsdp_model(trainer, best_dir)
+    def load_best_weights(self, trainer: CheckpointIOOwner, best_dir: str) -> None:
+        load_fsdp_model(trainer.model_wrapped, best_dir, trainer.args)
 
-    def load_optimizer_and_scheduler(self, trainer: Any, files: Any) -> None:
+    def load_optimizer_and_scheduler(self, trainer: CheckpointIOOwner, files: Any) -> None:
         """Once the model is wrapped and the optimizer built: the model files (through the trainer's
         `_load_from_checkpoint`, a subclass's override included), then the optimizer and the scheduler when the
         checkpoint has both (`files` lists `scheduler.pt` only when the FSDP optimizer files are there too)."""
         trainer._load_from_checkpoint(files.checkpoint, trainer.model_wrapped)
         if SCHEDULER_NAME in files.names:
-            load_fsdp_optimizer(trainer, files.checkpoint)
+            load_fsdp_optimizer(
+                trainer.model_wrapped, trainer.optimizer, files.checkpoint, trainer.args, named_by=trainer.model
+            )
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*save or load the state of the optimizer.*")
                 trainer.lr_scheduler.load_state_dict(files.take(SCHEDULER_NAME))
 
-    def save_optimizer_and_scheduler(self, trainer: Any, output_dir: str, reach: Any) -> None:
+    def save_optimizer_and_scheduler(self, trainer: CheckpointIOOwner, output_dir: str, reach: Any) -> None:
         """The model and optimizer files, named as accelerate names them; then `scheduler.pt`."""
-        save_fsdp_model(trainer, output_dir)
-        save_fsdp_optimizer(trainer, output_dir)
+        full, model = saves_full_state(trainer.plan), trainer.model_wrapped
+        save_fsdp_model(model, output_dir, full=full, args=trainer.args)
+        save_fsdp_optimizer(model, trainer.optimizer, output_dir, full=full, args=trainer.args)
         if trainer.args.should_save:
-            self._save_scheduler(trainer, output_dir, reach)
+            self._save_scheduler(trainer.lr_scheduler, output_dir, reach)
 
-    def save_model(self, trainer: Any, output_dir: str, in_checkpoint: bool = False) -> None:
+    def save_model(self, trainer: CheckpointIOOwner, output_dir: str, in_checkpoint: bool = False) -> None:
         save_fsdp_weights(trainer, output_dir, in_checkpoint)

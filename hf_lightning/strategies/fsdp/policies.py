@@ -47,10 +47,13 @@ import contextlib
 import functools
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from hf_lightning.translation.plan import Plan
 
 __all__ = [
     "FSDP_STRATEGY_NAMES",
@@ -70,9 +73,9 @@ FSDP_STRATEGY_NAMES = ("fsdp", "fsdp2")
 _SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 
 
-def is_fsdp_plan(plan: Any) -> bool:
+def is_fsdp_plan(plan: Plan) -> bool:
     """Whether the translation plan trains with FSDP (version 1 or 2)."""
-    strategy = getattr(plan, "strategy", None)
+    strategy = plan.strategy
     return strategy is not None and strategy.name in FSDP_STRATEGY_NAMES
 
 
@@ -166,10 +169,11 @@ def mixed_precision_dtype(plan: Any) -> torch.dtype | None:
 # ---- the facade's view ---------------------------------------------------------------------------------------
 
 
-def _refuse_user_optimizer(facade: Any) -> None:
+def _refuse_user_optimizer(optimizer: Any, lr_scheduler: Any) -> None:
     """The reference refuses `optimizers=` under FSDP: an optimizer built on the unwrapped model would update
-    parameters FSDP no longer uses. Checked before the first wrap, when only the user can have made one."""
-    if facade.optimizer is not None or facade.lr_scheduler is not None:
+    parameters FSDP no longer uses. Checked before the first wrap, when only the user can have made one (the
+    trainer's `optimizer` and `lr_scheduler`)."""
+    if optimizer is not None or lr_scheduler is not None:
         raise RuntimeError(
             "Passing `optimizers` is not allowed if PyTorch FSDP is enabled. You should subclass `Trainer` and "
             "override the `create_optimizer_and_scheduler` method."

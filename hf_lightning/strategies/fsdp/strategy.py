@@ -63,7 +63,7 @@ class HFFSDPStrategy(FSDPStrategy):
         if isinstance(user_model, FullyShardedDataParallel):  # a later train() call: already wrapped
             _hand_to_facade(model, user_model)
             return model
-        _refuse_user_optimizer(model.facade)
+        _refuse_user_optimizer(model.facade.optimizer, model.facade.lr_scheduler)
         kwargs = dict(self.kwargs)
         if kwargs.get("sync_module_states") and self.root_device.type == "cpu":
             # FSDP1 broadcasts rank 0's states only from GPU memory; on CPU the same broadcast is done here.
@@ -201,7 +201,7 @@ class HFFSDP2Strategy(ModelParallelStrategy):
         if isinstance(model, FSDPModule):  # a later train() call: already sharded
             _hand_to_facade(module, model)
             return
-        _refuse_user_optimizer(module.facade)
+        _refuse_user_optimizer(module.facade.optimizer, module.facade.lr_scheduler)
         if self.activation_checkpointing:
             _apply_activation_checkpointing(model, self.wrap_predicate)
         if self.mp_policy.param_dtype is not None:

@@ -5,10 +5,13 @@ and the gradient norm over all shards for clipping."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from hf_lightning.strategies.ports import ProcessLayout
 
 __all__ = [
     "clip_tp_grad_norm",
@@ -27,11 +30,10 @@ def _dtensor_class() -> Any:
     return DTensor
 
 
-def trainer_tp_size(trainer: Any) -> int:
-    """The trainer's tensor-parallel size, its `get_tp_size()` (hf_lightning/trainer/optimizer_methods.py; a subclass may
-    override it); 1 for an object without one (a stand-in trainer)."""
-    get_tp_size = getattr(trainer, "get_tp_size", None)
-    return get_tp_size() if callable(get_tp_size) else 1
+def trainer_tp_size(trainer: ProcessLayout) -> int:
+    """The trainer's tensor-parallel size, its `get_tp_size()` (hf_lightning/trainer/optimizer_methods.py; a subclass
+    may override it)."""
+    return trainer.get_tp_size()
 
 
 def is_tp_sharded(model: Any) -> bool:
