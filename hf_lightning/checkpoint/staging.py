@@ -113,7 +113,9 @@ def stage(trainer: StagingSource, copy_tensors: Any = None, files: bool = True, 
             if should_save:
                 fields["optimizer_state"] = keep(trainer.optimizer.state_dict())
                 fields["scheduler_state"] = keep(scheduler_state(trainer.lr_scheduler))
-                scaler = getattr(getattr(trainer.lightning_trainer, "precision_plugin", None), "scaler", None)
+                lightning_trainer = trainer.lightning_trainer
+                plugin = lightning_trainer.precision_plugin if lightning_trainer is not None else None
+                scaler = getattr(plugin, "scaler", None)  # a mixed-precision plugin's grad scaler (fp16), or None
                 fields["scaler_state"] = keep(scaler.state_dict()) if scaler is not None else None
             fields["rng_states"] = rng_states(args)
     if should_save:
