@@ -9,8 +9,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+
+class TrialReferences(Protocol):
+    """What `TrainerState.init_training_references` reads of the trainer: the trial's naming, the process flags."""
+
+    hp_name: Callable[[Any], str] | None
+    _trial: Any  # the search's trial (set by `_hp_search_setup`), None outside a search
+
+    def is_local_process_zero(self) -> bool: ...
+    def is_world_process_zero(self) -> bool: ...
 
 
 def is_exportable_state(obj: Any) -> bool:
@@ -119,12 +130,12 @@ class TrainerState:
                 setattr(self, f"{step_kind}_steps", num_steps)
 
     def init_training_references(
-        self, trainer: Any, max_steps: int, num_train_epochs: int, trial: Any
+        self, trainer: TrialReferences, max_steps: int, num_train_epochs: int, trial: Any
     ) -> None:
         """Store the run's references at train start: trial name and params, step budget, process flags.
 
-        `trainer` must provide `hp_name`, `_trial`, `is_local_process_zero()` and `is_world_process_zero()`
-        as the reference's Trainer does.
+        `trainer` provides `hp_name`, `_trial`, `is_local_process_zero()` and `is_world_process_zero()`
+        (`TrialReferences`), as the reference's Trainer does.
         """
         if trainer.hp_name is not None and trainer._trial is not None:
             # The trial kept on the trainer, because under DDP the HP search only calls the trainer's setup.

@@ -22,12 +22,17 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hf_lightning.checkpoint.fault_points import reach
 from hf_lightning.checkpoint.files import clean_scratch_folders
 from hf_lightning.core.checkpoint_files import rng_state_file_name
 from hf_lightning.strategies.distributed import is_distributed
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    from hf_lightning.checkpoint.staging import StagedCheckpoint
 
 logger = logging.getLogger(__name__)
 
@@ -88,12 +93,9 @@ def check_checkpoint_plugins(plugins: Any) -> list[Any]:
     return entries
 
 
-def async_writes_enabled(lightning_trainer: Any) -> bool:
+def async_writes_enabled(lightning_trainer: pl.Trainer) -> bool:
     """Whether the Lightning trainer's checkpoint IO is an `AsyncCheckpointIO` (the opt-in)."""
-    strategy = getattr(lightning_trainer, "strategy", None)
-    if strategy is None:
-        return False
-    return isinstance(getattr(strategy, "checkpoint_io", None), _async_checkpoint_io_class())
+    return isinstance(lightning_trainer.strategy.checkpoint_io, _async_checkpoint_io_class())
 
 
 def refuse_background_writes_without_support(checkpoint_io: Any) -> None:
@@ -148,6 +150,14 @@ def _copy_tensor(tensor: Any, memo: dict) -> Any:
 # ---- the background writer -------------------------------------------------------------------------------------
 
 
+class StagedWriter(Protocol):
+    """What the background thread runs of a save's protocol (checkpoint/checkpointer.py's `Checkpointer`)."""
+
+    def write_files(self, staged: StagedCheckpoint, temporary_dir: str, rng_dir: str | None = None) -> None: ...
+    def commit(self, staged: StagedCheckpoint, temporary_dir: str, final_dir: str, token: str) -> None: ...
+    def rotate_after_save(self, staged: StagedCheckpoint, run_dir: str, final_dir: str, token: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class PendingSave:
     """Where one save writes and commits, decided on the training thread."""
@@ -175,7 +185,7 @@ class BackgroundCheckpointWriter:
         """Whether a write was started and not yet waited for."""
         return self._thread is not None
 
-    def submit(self, staged: Any, save: PendingSave, checkpointer: Any, live_state: Any) -> None:
+    def submit(self, staged: StagedCheckpoint, save: PendingSave, checkpointer: StagedWriter, live_state: Any) -> None:
         """Write `staged` (checkpoint/staging.py, copied off the device on the training thread) in the background
         with `checkpointer`'s protocol (checkpoint/checkpointer.py), after the previous write. `live_state`: the
         trainer state whose best checkpoint a failed write puts back. All ranks."""
@@ -224,7 +234,7 @@ class BackgroundCheckpointWriter:
             self._announce_group = dist.new_group(backend="gloo")
         return self._group
 
-    def _write(self, checkpointer: Any, staged: Any, save: PendingSave, group: Any) -> None:
+    def _write(self, checkpointer: StagedWriter, staged: StagedCheckpoint, save: PendingSave, group: Any) -> None:
         should_save = staged.should_save
 
         def write_own_part() -> None:

@@ -19,7 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import MethodType
+from typing import Any, Protocol
 
 from hf_lightning.checkpoint.async_writes import (
     BackgroundCheckpointWriter,
@@ -44,6 +46,7 @@ from hf_lightning.checkpoint.output_folder import write_failure
 from hf_lightning.checkpoint.run_lock import claim_output_dir, release_output_dir
 from hf_lightning.checkpoint.staging import (
     StagedCheckpoint,
+    StagingSource,
     stage,
     write_model_folder,
     write_records,
@@ -63,10 +66,32 @@ BEST_TRACKING_SAVE_STRATEGIES = ("steps", "epoch", "best")
 SAVE_HOOKS = ("save_model", "_save", "_save_optimizer_and_scheduler", "_save_scaler", "_save_rng_state")
 
 
-class Checkpointer:
-    """The checkpoint saves of one trainer (the facade)."""
+class SaveHooks(StagingSource, Protocol):
+    """The trainer as its checkpoint saves see it: what a staged save reads (`StagingSource`), the reference's save
+    hooks a subclass may override (with the base ones to tell an override), and where a save goes and is announced."""
 
-    def __init__(self, trainer: Any):
+    control: Any  # callbacks.state.TrainerControl
+    callback_handler: Any  # callbacks' CallbackHandler: on_save
+    hp_search_backend: Any  # None outside a search: flos are stored then
+    _base_save_hooks: Mapping[str, Callable[..., Any]]  # hook name -> the base class's function
+
+    @property
+    def _checkpoint_io(self) -> Any: ...  # strategies.checkpoint_io.StrategyCheckpointIO of the planned strategy
+    def _save_checkpoint(self, model: Any, trial: Any) -> None: ...
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None: ...
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None: ...
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None: ...
+    def _save_scaler(self, output_dir: str) -> None: ...
+    def _save_rng_state(self, output_dir: str) -> None: ...
+    def store_flos(self) -> None: ...
+    def _get_output_dir(self, trial: Any) -> str: ...
+    def _push_checkpoint(self, final_dir: str) -> None: ...
+
+
+class Checkpointer:
+    """The checkpoint saves of one trainer (the facade, through its save hooks)."""
+
+    def __init__(self, trainer: SaveHooks):
         self.trainer = trainer
         self.writer: BackgroundCheckpointWriter | None = None  # made by the first save of an async run
         self._run_locks: dict[str, str] = {}  # run folder -> this run's lock for it (checkpoint/run_lock.py)
@@ -312,8 +337,8 @@ class Checkpointer:
     def _overridden(self, name: str) -> bool:
         """Whether the trainer's `name` is not the base hook (a subclass, a library's class or the instance overrides
         it); read at each save, so a later class patch counts."""
-        trainer = self.trainer
-        return getattr(getattr(trainer, name), "__func__", None) is not trainer._base_save_hooks[name]
+        hook = getattr(self.trainer, name)  # as the instance resolves it: a function set on it has no `__func__`
+        return not isinstance(hook, MethodType) or hook.__func__ is not self.trainer._base_save_hooks[name]
 
     def _plain_io(self) -> bool:
         """Whether the strategy writes a staged checkpoint: its I/O takes plain state (one process or DDP); a sharded

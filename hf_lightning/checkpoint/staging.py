@@ -17,7 +17,7 @@ import os
 import random
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hf_lightning.checkpoint.fault_points import reach
 from hf_lightning.checkpoint.output_folder import apply_umask
@@ -33,7 +33,37 @@ from hf_lightning.core.enums import enum_value
 from hf_lightning.data.position_files import data_state_file_name, write_data_position, write_data_state
 from hf_lightning.strategies.checkpoint_io import scheduler_state
 
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+    import torch
+
 logger = logging.getLogger(__name__)
+
+
+class StagingRun(Protocol):
+    """The `train()` call in progress as a save reads it: whether Lightning's `fit` runs, its trainer, its values."""
+
+    fitting: bool
+    lightning_trainer: pl.Trainer | None
+    values: Any  # engine.schedule.TrainingValues (total_train_batch_size); None before the first attempt
+
+
+class StagingSource(Protocol):
+    """What `stage` reads of the trainer: the state a checkpoint holds, the arguments and plan that shape it."""
+
+    args: Any  # TrainingArguments (hf_lightning's or transformers')
+    plan: Any  # translation.plan.Plan: its checkpointing section
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer | None
+    lr_scheduler: Any
+    lightning_trainer: pl.Trainer | None  # None outside train() (its precision plugin holds the grad scaler)
+    processing_class: Any
+    data_collator: Any
+    state: Any  # callbacks.state.TrainerState
+    _training_run: StagingRun | None
+
+    def _refresh_stateful_callbacks(self) -> None: ...
+    def _data_position_record(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -62,14 +92,15 @@ class StagedCheckpoint:
     rng_states: dict | None = None
 
 
-def stage(trainer: Any, copy_tensors: Any = None, files: bool = True, whole: bool = False) -> StagedCheckpoint:
+def stage(trainer: StagingSource, copy_tensors: Any = None, files: bool = True, whole: bool = False) -> StagedCheckpoint:
     """Gather one checkpoint from `trainer` on the training thread. `copy_tensors` (async_writes.copy_state): copy
     every state off the device, for a background write; `files=False`: the records alone (the trainer's overridden
     save hooks write the files); `whole`: every state even with `save_only_model` (a run guard's snapshot)."""
     args, checkpointing = trainer.args, trainer.plan.checkpointing
     should_save, save_only_model = args.should_save, checkpointing.save_only_model and not whole
     keep = copy_tensors if copy_tensors is not None else (lambda value: value)
-    values = getattr(trainer._training_run, "values", None)
+    run = trainer._training_run
+    values = run.values if run is not None else None
     fields: dict[str, Any] = {}
     if files:
         if should_save:
@@ -82,7 +113,9 @@ def stage(trainer: Any, copy_tensors: Any = None, files: bool = True, whole: boo
             if should_save:
                 fields["optimizer_state"] = keep(trainer.optimizer.state_dict())
                 fields["scheduler_state"] = keep(scheduler_state(trainer.lr_scheduler))
-                scaler = getattr(getattr(trainer.lightning_trainer, "precision_plugin", None), "scaler", None)
+                lightning_trainer = trainer.lightning_trainer
+                plugin = lightning_trainer.precision_plugin if lightning_trainer is not None else None
+                scaler = getattr(plugin, "scaler", None)  # a mixed-precision plugin's grad scaler (fp16), or None
                 fields["scaler_state"] = keep(scaler.state_dict()) if scaler is not None else None
             fields["rng_states"] = rng_states(args)
     if should_save:

@@ -17,12 +17,15 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_lightning.args.training_args import Seq2SeqTrainingArguments, TrainingArguments
 from hf_lightning.cli.open_keywords import CONFIG_OPTIONS, MissingPackageError, load_config, route_argv
 from hf_lightning.cli.quick_help import args_help, quick_help
 from hf_lightning.integrations.plotting import save_training_plot
+
+if TYPE_CHECKING:
+    from hf_lightning.engine.trainer import HFLightningTrainer
 
 SUBCOMMANDS: dict[str, str] = {
     "fit": "train (train()), save the model, then evaluate when there is eval data",
@@ -66,7 +69,7 @@ class CLIRun:
     """What one command did: its trainer, its metrics and the files it wrote."""
 
     command: str
-    trainer: Any
+    trainer: HFLightningTrainer  # the config's `trainer_class`
     metrics: dict[str, Any] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
 
@@ -372,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def build_trainer(run_config: RunConfig, stage: str) -> tuple[Any, Any]:
+def build_trainer(run_config: RunConfig, stage: str) -> tuple[HFLightningTrainer, Any]:
     """The facade for one stage, with the datasets the stage needs and the Lightning overrides set."""
     # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
     from hf_lightning.cli.data_sources import resolve_data
@@ -496,7 +499,7 @@ COMMANDS = {
 
 
 def _report(
-    trainer: Any,
+    trainer: HFLightningTrainer,
     split: str,
     metrics: Mapping[str, Any],
     result: CLIRun,
@@ -512,7 +515,7 @@ def _report(
         result.files.append(os.path.join(trainer.args.output_dir, f"{file_split}_results.json"))
 
 
-def _save_plot(trainer: Any) -> str | None:
+def _save_plot(trainer: HFLightningTrainer) -> str | None:
     """Plot `state.log_history` into output_dir; without matplotlib (or the plotting module) warn in one line."""
     if not trainer.is_world_process_zero():
         return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -44,10 +44,39 @@ from hf_lightning.strategies.for_evaluation import (
 logger = logging.getLogger(__name__)
 
 
-class EvaluationLoop:
-    """One evaluation or prediction pass of `trainer` (the facade) over a dataloader."""
+class EvaluationHooks(Protocol):
+    """The trainer as one evaluation pass sees it: the reference's evaluation override points it calls back, the
+    state it reports to the callbacks, and the model it prepares (timed once, `model_preparation_time`)."""
 
-    def __init__(self, trainer: Any, drops_loss_padding: bool = True):
+    args: Any  # TrainingArguments
+    plan: Any  # translation.plan.Plan: its evaluation, logging and module sections
+    deepspeed: Any  # the DeepSpeed engine of a run, else None
+    model: nn.Module
+    optimizer: Any  # None before training; a schedule-free optimizer has `eval()`
+    state: Any  # callbacks.state.TrainerState
+    control: Any  # callbacks.state.TrainerControl
+    callback_handler: Any  # callbacks' CallbackHandler: on_prediction_step, eval_dataloader
+    compute_metrics: Any  # Callable[[EvalPrediction], dict] | None
+    preprocess_logits_for_metrics: Any  # Callable[[logits, labels], logits] | None
+    is_in_train: bool
+    _model_is_prepared: bool
+    _telemetry: Any  # engine.telemetry.meter.TelemetryMeter, None when the telemetry is off
+
+    def num_examples(self, dataloader: Any) -> int: ...
+    def prediction_step(
+        self, model: nn.Module, inputs: dict[str, Any], prediction_loss_only: bool, ignore_keys: list[str] | None = None
+    ) -> tuple[Any, Any, Any]: ...
+    def _prepare_input(self, data: Any) -> Any: ...
+    def _gather_for_metrics(self, data: Any, is_loss: bool = False) -> Any: ...
+    def _pad_across_processes(self, tensor: Any, dim: int = 1, pad_index: int = -100) -> Any: ...
+    def _mixed_precision_dtype(self) -> torch.dtype | None: ...
+    def get_tp_size(self) -> int: ...  # read by strategies/for_evaluation.py: the tensor-parallel ranks gather nothing
+
+
+class EvaluationLoop:
+    """One evaluation or prediction pass of `trainer` (the facade, through its evaluation hooks) over a dataloader."""
+
+    def __init__(self, trainer: EvaluationHooks, drops_loss_padding: bool = True):
         self.trainer = trainer
         # The reference's `gather_function` is `gather_for_metrics`, which drops the last batch's padding samples;
         # Seq2SeqTrainer gathers its losses with a plain gather instead (the facade's `_gather_drops_padding`).
@@ -119,7 +148,7 @@ class EvaluationLoop:
             keep_results = description == "Prediction"
 
         # The telemetry's count of this pass's samples and tokens (engine/telemetry/meter.py), None when not measured.
-        telemetry = getattr(trainer, "_telemetry", None)
+        telemetry = trainer._telemetry
         measured = None if telemetry is None or telemetry.current_pass is None else telemetry.current_pass.counter
         self.iterating = True  # `trainer.accelerator.gradient_state` reports this loop's dataloader meanwhile
         try:

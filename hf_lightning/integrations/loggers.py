@@ -16,6 +16,8 @@ from hf_lightning.integrations.logger_backends import BACKENDS, backend_for
 from hf_lightning.integrations.logger_backends.base import numeric_logs
 
 if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
     from hf_lightning.translation.plan import Plan
 
 
@@ -31,7 +33,7 @@ def publish_run_texts(pl_logger: Any, args: Any, model: Any) -> None:
     backend_for(pl_logger).send_run_texts(pl_logger, args, model)
 
 
-def publish_logs(lightning_trainer: Any, logs: Mapping[str, Any], step: int, *, outside_fit: bool) -> None:
+def publish_logs(lightning_trainer: pl.Trainer, logs: Mapping[str, Any], step: int, *, outside_fit: bool) -> None:
     """Send one `log()` entry to Lightning: `callback_metrics` (so Lightning's `ModelCheckpoint` /
     `EarlyStopping` can monitor `eval_loss`) and every logger, each the way the reference's
     integration for that backend does (`logger_backends/`)."""

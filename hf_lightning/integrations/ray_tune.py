@@ -17,8 +17,9 @@ import os
 import signal
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hf_lightning.core.checkpoint_files import PREFIX_CHECKPOINT_DIR
 from hf_lightning.core.enums import enum_value
@@ -26,6 +27,7 @@ from hf_lightning.core.outputs import BestRun
 from hf_lightning.integrations.ray_tune_restore import search_to_restore
 from hf_lightning.integrations.ray_tune_workers import (
     DRIVER_RESOURCES,
+    TrialTrainer,
     objective_metrics,
     report_from_worker,
     scaling_config_problem,
@@ -104,7 +106,16 @@ def tuner_configs(tune: Any, kwargs: dict[str, Any]) -> tuple[dict[str, Any], di
     return tune_kwargs, run_kwargs
 
 
-def _check_scheduler(trainer: Any, scheduler: Any) -> None:
+class SearchedTrainer(TrialTrainer, Protocol):
+    """The trainer a Ray Tune search starts from: its trials' trainer (`TrialTrainer`), the search space, and the
+    model it sends to the trials without (each trial's `model_init` builds one)."""
+
+    model: Any  # nn.Module, None while the trials run
+    model_wrapped: Any
+    hp_space: Callable[[Any], dict[str, Any]]  # set by hyperparameter_search
+
+
+def _check_scheduler(args: Any, scheduler: Any) -> None:
     """A scheduler that acts on intermediate reports needs evaluation during training (the reference's check)."""
     # lazy: Ray's schedulers, only when one is passed; the reference's list of those that act on intermediate reports
     from ray.tune.schedulers import (
@@ -117,7 +128,7 @@ def _check_scheduler(trainer: Any, scheduler: Any) -> None:
     report_driven = (ASHAScheduler, MedianStoppingRule, HyperBandForBOHB, PopulationBasedTraining)
     name = type(scheduler).__name__
     if isinstance(scheduler, report_driven) and (
-        not trainer.args.do_eval or enum_value(trainer.args.eval_strategy) == "no"
+        not args.do_eval or enum_value(args.eval_strategy) == "no"
     ):
         raise RuntimeError(
             f"You are using {name} as a scheduler but you haven't enabled evaluation during training. "
@@ -136,7 +147,7 @@ def _resumed_checkpoint_path(checkpoint_dir: str) -> str:
     return found[-1].as_posix()
 
 
-def _objective(config: dict[str, Any], local_trainer: Any) -> None:
+def _objective(config: dict[str, Any], local_trainer: TrialTrainer) -> None:
     """One trial (in a Ray worker): train on `config`, continuing from Tune's checkpoint when it hands one back."""
     tune = import_ray_tune()
     local_trainer.objective = None
@@ -148,7 +159,7 @@ def _objective(config: dict[str, Any], local_trainer: Any) -> None:
             local_trainer.train(resume_from_checkpoint=_resumed_checkpoint_path(checkpoint_dir), trial=config)
     else:
         local_trainer.train(trial=config)
-    if getattr(local_trainer, "objective", None) is None:
+    if local_trainer.objective is None:
         metrics = local_trainer.evaluate()
         local_trainer.objective = local_trainer.compute_objective(metrics)
         metrics.update(objective_metrics(local_trainer.objective))
@@ -158,7 +169,7 @@ def _objective(config: dict[str, Any], local_trainer: Any) -> None:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(temp_checkpoint_dir))
 
 
-def report_trial_to_ray(trainer: Any, metrics: dict[str, Any]) -> None:
+def report_trial_to_ray(trainer: TrialTrainer, metrics: dict[str, Any]) -> None:
     """After a training-time evaluation: `tune.report` the metrics and the objective, with a trial checkpoint
     from `_tune_save_checkpoint` when this step saves (the reference's order)."""
     if worker_trial_id(trainer) is not None:
@@ -174,18 +185,18 @@ def report_trial_to_ray(trainer: Any, metrics: dict[str, Any]) -> None:
         tune.report(metrics, checkpoint=checkpoint)
 
 
-def _resources(trainer: Any, kwargs: dict[str, Any]) -> Any:
+def _resources(args: Any, kwargs: dict[str, Any]) -> Any:
     """`resources_per_trial`, by default 1 CPU (and 1 GPU when the trainer sees one), as the reference."""
     resources = kwargs.pop("resources_per_trial", None)
     if resources is None:
         resources = {"cpu": 1}
-        if trainer.args.n_gpu > 0:
+        if args.n_gpu > 0:
             resources["gpu"] = 1
         logger.info(f"No `resources_per_trial` arg was passed into `hyperparameter_search`. Using {resources}.")
     return resources
 
 
-def run_hp_search_ray(trainer: Any, n_trials: int, direction: str | list[str], **kwargs: Any) -> Any:
+def run_hp_search_ray(trainer: SearchedTrainer, n_trials: int, direction: str | list[str], **kwargs: Any) -> Any:
     """The reference's Ray Tune runner on `ray.tune.Tuner`: `n_trials` samples of `hp_space(None)`, one `train()`
     each in a Ray worker (on `scaling_config`'s Ray Train workers when given, integrations/ray_tune_workers.py);
     the best trial by `objective` under `RAY_SCOPE` (default "last")."""
@@ -197,13 +208,13 @@ def run_hp_search_ray(trainer: Any, n_trials: int, direction: str | list[str], *
             raise ValueError(f"hyperparameter_search(backend='ray', scaling_config=...): {problem}.")
         resources = DRIVER_RESOURCES
     else:
-        resources = _resources(trainer, kwargs)
+        resources = _resources(trainer.args, kwargs)
     if "progress_reporter" not in kwargs:
         kwargs["progress_reporter"] = tune.CLIReporter(metric_columns=["objective"])
     tune_kwargs, run_kwargs = tuner_configs(tune, kwargs)
     run_config = tune.RunConfig(**run_kwargs)
     if tune_kwargs.get("scheduler") is not None:
-        _check_scheduler(trainer, tune_kwargs["scheduler"])
+        _check_scheduler(trainer.args, tune_kwargs["scheduler"])
     directions = direction if isinstance(direction, list) else [direction]
     for one in directions:
         if one not in ("minimize", "maximize"):

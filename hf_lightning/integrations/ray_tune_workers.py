@@ -13,13 +13,27 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = [
     "objective_metrics",
     "report_from_worker", "scaling_config_problem", "trial_on_workers",
     "worker_trial_id",
 ]
+
+class TrialTrainer(Protocol):
+    """The trainer as a Ray Tune trial runs it: train on the trial's config, evaluate, report the objective and
+    the trial checkpoint of `_tune_save_checkpoint` (the reference's override point)."""
+
+    args: Any  # TrainingArguments
+    control: Any  # callbacks.state.TrainerControl: whether the reporting step saves
+    objective: Any  # the last computed objective (a float, or a list for several directions); None before one
+    compute_objective: Callable[[dict[str, float]], Any]  # set by hyperparameter_search
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None) -> Any: ...
+    def evaluate(self) -> dict[str, float]: ...
+    def _tune_save_checkpoint(self, checkpoint_dir: str) -> None: ...
+
 
 # The driver function only waits on its TorchTrainer: the workers hold the trial's resources. Tune refuses a trial of
 # no resources; a sliver of a CPU keeps the drivers from holding the CPUs their workers wait for.
@@ -42,12 +56,13 @@ def scaling_config_problem(scaling_config: Any, resources_per_trial: Any) -> str
     return None
 
 
-def worker_trial_id(trainer: Any) -> str | None:
-    """The Tune trial id a worker of a multi-worker trial runs for (Tune's context lives in the driver only)."""
+def worker_trial_id(trainer: TrialTrainer) -> str | None:
+    """The Tune trial id a worker of a multi-worker trial runs for (Tune's context lives in the driver only); set
+    on the worker's copy of the trainer only (`_train_on_worker`), so absent elsewhere."""
     return getattr(trainer, "_ray_worker_trial_id", None)
 
 
-def trial_on_workers(trainer: Any, scaling_config: Any, storage_path: str | None) -> Callable[[dict[str, Any]], None]:
+def trial_on_workers(trainer: TrialTrainer, scaling_config: Any, storage_path: str | None) -> Callable[[dict[str, Any]], None]:
     """The Tune trainable: fit a `TorchTrainer` of `scaling_config`'s workers on the trial's config, its reports
     forwarded to Tune; the Train run is stored beside the search (`storage_path`, Ray's default when None)."""
 
@@ -75,20 +90,20 @@ def trial_on_workers(trainer: Any, scaling_config: Any, storage_path: str | None
     return driver
 
 
-def _train_on_worker(trainer: Any, config: dict[str, Any], trial_id: str) -> None:
+def _train_on_worker(trainer: TrialTrainer, config: dict[str, Any], trial_id: str) -> None:
     """One worker of a trial: train on the trial's config (a group Ray restarted continues from Ray's checkpoint,
     checkpoint/restart.py), and evaluate at the end when training never did, as a one-process trial."""
     trainer._ray_worker_trial_id = trial_id
     trainer.args.__dict__.pop("_resolved_device", None)  # resolved on the search's driver: this worker's is Ray's
     trainer.objective = None
     trainer.train(trial=dict(config))
-    if getattr(trainer, "objective", None) is None:
+    if trainer.objective is None:
         metrics = trainer.evaluate()
         trainer.objective = trainer.compute_objective(metrics)
         report_from_worker(trainer, metrics | {"done": True}, save=True)
 
 
-def report_from_worker(trainer: Any, metrics: dict[str, Any], save: bool) -> None:
+def report_from_worker(trainer: TrialTrainer, metrics: dict[str, Any], save: bool) -> None:
     """`ray.train.report` from every worker: the metrics, and when `save` this worker's files of the step's trial
     checkpoint (`_tune_save_checkpoint`), which Ray merges into the one folder of the report."""
     import ray.train  # lazy: the optional extra, in a Ray Train worker

@@ -62,6 +62,7 @@ class StandInTrainer(EvaluationMixin):
         self.optimizer, self.lr_scheduler = None, None
         self.deepspeed = None  # no DeepSpeed engine (the reference's attribute; None until train() builds one)
         self.is_in_train = False
+        self._telemetry = None  # the facade's when the telemetry is switched off
         self.state = TrainerState()
         self.control = TrainerControl()
         self.callback_handler = CallbackHandler([DefaultFlowCallback, *callbacks], model, None, None, None)
@@ -911,6 +912,7 @@ class Facade(EvaluationMixin):
         self.label_names, self.can_return_loss = ["labels"], False
         self.compute_metrics = self.preprocess_logits_for_metrics = self.optimizer = self.lr_scheduler = self.deepspeed = None
         self.is_in_train = False
+        self._telemetry = None  # the facade's when the telemetry is switched off
         self._memory_tracker = TrainerMemoryTracker(skip_memory_metrics=True)
 
     def get_test_dataloader(self, dataset):
