@@ -25,7 +25,7 @@ from hf_lightning.cli.quick_help import args_help, quick_help
 from hf_lightning.integrations.plotting import save_training_plot
 
 if TYPE_CHECKING:
-    from hf_lightning.engine.trainer import HFLightningTrainer
+    from hf_lightning.trainer.trainer import HFLightningTrainer
 
 SUBCOMMANDS: dict[str, str] = {
     "fit": "train (train()), save the model, then evaluate when there is eval data",
