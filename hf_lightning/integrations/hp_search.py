@@ -1,9 +1,8 @@
-"""Hyperparameter search with optuna or Ray Tune, as the reference's `Trainer.hyperparameter_search` (HPO-5).
+"""The backends of the facade's `hyperparameter_search` (trainer/hp_search_methods.py, HPO-5): their names and
+choice, the reference's default objective and optuna space, and the optuna runner.
 
-Each trial re-creates the model through `model_init`, applies the trial's parameters to `trainer.args`, trains
-(checkpoints go to `output_dir/run-<trial id>`), reports every training-time evaluation to the backend so a pruner
-or scheduler can stop it, and returns the objective. optuna and Ray are imported lazily (the `optuna` and `ray`
-extras); the Ray Tune runner is integrations/ray_tune.py. W&B sweeps are refused with a ValueError.
+optuna and Ray are imported lazily (the `optuna` and `ray` extras); the Ray Tune runner is integrations/ray_tune.py.
+W&B sweeps are refused with a ValueError.
 """
 
 from __future__ import annotations
