@@ -71,7 +71,7 @@ def _plain_optimizer(optimizer: Any) -> Any:
 class StrategyCheckpointIO:
     """One process's model, or DDP replicas: the reference's plain checkpoint files.
 
-    `trainer` is the facade (`core/protocols.py`'s `TrainerLike`); methods that write run on the processes allowed to
+    `trainer` is the facade (or the port its caller names); methods that write run on the processes allowed to
     save unless their docstring says "all ranks" (they then hold collectives).
     """
 
