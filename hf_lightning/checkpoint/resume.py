@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hf_lightning.callbacks import TrainerControl, TrainerState
 from hf_lightning.checkpoint.data_resume import plan_continuation, read_saved_position
@@ -37,7 +37,6 @@ from hf_lightning.core.checkpoint_files import (
     OPTIMIZER_NAME,
     TRAINER_STATE_NAME,
 )
-from hf_lightning.core.protocols import RunLike, TrainerLike
 from hf_lightning.core.reference_logging import reference_logger, warning_once
 from hf_lightning.data.position_files import SKIPPED_WINDOWS_KEY, windows_left_out
 from hf_lightning.strategies.checkpoint_io import optimizer_map_location
@@ -46,6 +45,11 @@ from hf_lightning.strategies.portable_state import has_model_state
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
+
+    from hf_lightning.args.training_args import TrainingArguments
+    from hf_lightning.callbacks import CallbackHandler
+    from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO
+    from hf_lightning.translation.plan import Plan
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +164,15 @@ def _warn_on_argument_mismatch(args: Any, state: TrainerState) -> None:
         )
 
 
-def load_callback_state(trainer: TrainerLike) -> None:
+class CallbackStateOwner(Protocol):
+    """The trainer as the callback-state restore sees it: its callbacks, the resumed state and the control."""
+
+    callback_handler: CallbackHandler
+    state: TrainerState
+    control: TrainerControl
+
+
+def load_callback_state(trainer: CallbackStateOwner) -> None:
     """`restore_callback_states_from_checkpoint`: rebuild each stored callback as `cls(**args)` + attributes.
 
     As the reference: the new instance replaces the old one and goes to the end of the callback list; the stored
@@ -202,6 +214,29 @@ def load_callback_state(trainer: TrainerLike) -> None:
 # ---- the component -------------------------------------------------------------------------------------------
 
 
+class ResumeHooks(CallbackStateOwner, Protocol):
+    """The trainer as the `Resumer` sees it: the arguments, the plan, the strategy's file layout and the
+    reference-named load hooks a subclass may override."""
+
+    args: TrainingArguments
+    plan: Plan
+    _train_batch_size: int  # `auto_find_batch_size`: the checkpoint's batch size is taken back
+
+    @property
+    def _checkpoint_io(self) -> StrategyCheckpointIO: ...
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None: ...
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None: ...
+    def _load_scaler(self, checkpoint: str | None) -> None: ...
+    def _load_rng_state(self, checkpoint: str | None) -> None: ...
+    def _load_callback_state(self) -> None: ...
+
+
+class ResumeRun(Protocol):
+    """The run as the `Resumer` sees it: the count of updates done in the epoch, moved past the skipped windows."""
+
+    updates_done_in_epoch: int
+
+
 class Resumer:
     """Resuming one `train()` call: the chosen checkpoint's files (read at entry, shared by `auto_find_batch_size`
     attempts) and where this attempt restarts, with the steps that use them at the reference's moments.
@@ -211,7 +246,7 @@ class Resumer:
     `_load_callback_state`), so a subclass's override is what runs.
     """
 
-    def __init__(self, trainer: TrainerLike, run: RunLike):
+    def __init__(self, trainer: ResumeHooks, run: ResumeRun):
         self.trainer = trainer
         self.run = run
         self.files: ResumeFiles | None = None  # read at train() entry; reused by every batch-size attempt

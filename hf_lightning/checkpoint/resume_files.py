@@ -12,12 +12,17 @@ import logging
 import os
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hf_lightning.checkpoint.data_resume import SavedDataPosition
 from hf_lightning.core.checkpoint_files import SCALER_NAME, rng_state_file_name, safe_torch_load
 from hf_lightning.core.enums import enum_value
-from hf_lightning.core.protocols import TrainerLike
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    from hf_lightning.args.training_args import TrainingArguments
+    from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +113,19 @@ def torch_files_to_restore(args: Any, checkpoint: str, optimizer_files: list[str
     return names
 
 
-def resume_files(trainer: TrainerLike, checkpoint: str) -> ResumeFiles:
+class ResumeFilesSource(Protocol):
+    """The trainer as the load hooks' file reading sees it: the arguments, the running `train()`'s files, the
+    strategy's file layout and (for the scaler) Lightning's precision plugin."""
+
+    args: TrainingArguments
+    lightning_trainer: pl.Trainer | None
+    _training_run: Any  # engine.training_run.TrainingRun while `train()` runs (its Resumer's files), None outside
+
+    @property
+    def _checkpoint_io(self) -> StrategyCheckpointIO: ...
+
+
+def resume_files(trainer: ResumeFilesSource, checkpoint: str) -> ResumeFiles:
     """The files of `checkpoint` a resume reads: those read at the running `train()`'s entry when it resumes from
     `checkpoint`, else read now (a subclass or a script calling the reference's loading methods itself)."""
     run = trainer._training_run
@@ -120,7 +137,7 @@ def resume_files(trainer: TrainerLike, checkpoint: str) -> ResumeFiles:
     return ResumeFiles(checkpoint, names=names)
 
 
-def load_scaler_state(trainer: TrainerLike, checkpoint: str) -> None:
+def load_scaler_state(trainer: ResumeFilesSource, checkpoint: str) -> None:
     """`scaler.pt` into the fp16 grad scaler of Lightning's precision plugin; warned about without one."""
     files = resume_files(trainer, checkpoint)
     if SCALER_NAME not in files.names:
@@ -135,7 +152,7 @@ def load_scaler_state(trainer: TrainerLike, checkpoint: str) -> None:
         scaler.load_state_dict(files.take(SCALER_NAME))
 
 
-def load_rng_state(trainer: TrainerLike, checkpoint: str) -> None:
+def load_rng_state(trainer: ResumeFilesSource, checkpoint: str) -> None:
     """The reference's `_load_rng_state`: Python, NumPy, torch CPU and (when present) CUDA generators from this
     process's RNG file of `checkpoint` (nothing when it has none)."""
     files = resume_files(trainer, checkpoint)

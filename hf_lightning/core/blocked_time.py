@@ -2,8 +2,8 @@
 Hub push, generation (GRPO / RLOO). The telemetry (engine/telemetry/) reports each cause as a share of wall time.
 
 In `core/` because the places that block sit in several layers (checkpoint/, evaluation/, integrations/, trl/) and
-none of them may import the engine: each wraps its blocking call in `blocked_by(trainer, cause)`, which looks the
-trainer's telemetry up by attribute and does nothing when it is off.
+none of them may import the engine: each wraps its blocking call in `blocked_by(trainer, cause)`, which reads the
+trainer's telemetry (`TelemetryOwner`, the port below) and does nothing when it is off.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Protocol
 
 # The causes the telemetry names, in the order its summary lists them.
 CAUSES = ("evaluation", "checkpoint", "hub", "generation")
@@ -47,10 +47,22 @@ class BlockedTime:
         return taken
 
 
-def blocked_by(owner: Any, cause: str) -> contextlib.AbstractContextManager[None]:
+class BlockedTimeMeter(Protocol):
+    """What `blocked_by` uses of the trainer's telemetry (engine/telemetry/meter.py's `TelemetryMeter`)."""
+
+    blocked: BlockedTime
+
+
+class TelemetryOwner(Protocol):
+    """The trainer as `blocked_by` sees it: its telemetry, None when switched off."""
+
+    _telemetry: BlockedTimeMeter | None
+
+
+def blocked_by(owner: TelemetryOwner, cause: str) -> contextlib.AbstractContextManager[None]:
     """A context counting its time to `cause` in `owner`'s telemetry (the trainer's `_telemetry`); a no-op when the
-    telemetry is off or `owner` has none (a stand-in trainer)."""
-    telemetry = getattr(owner, "_telemetry", None)
+    telemetry is off."""
+    telemetry = owner._telemetry
     if telemetry is None:
         return contextlib.nullcontext()
     return telemetry.blocked.measure(cause)

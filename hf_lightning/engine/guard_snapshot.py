@@ -15,13 +15,31 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hf_lightning.checkpoint.async_writes import copy_state
 from hf_lightning.checkpoint.staging import StagedCheckpoint, stage
 from hf_lightning.strategies.distributed import barrier
 
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
+    from hf_lightning.checkpoint.checkpointer import Checkpointer
+    from hf_lightning.strategies.checkpoint_io import StrategyCheckpointIO
+    from hf_lightning.translation.plan import Plan
+
 SNAPSHOT_FOLDER = ".run-guard-snapshot"
+
+
+class SnapshotSource(Protocol):
+    """The trainer as the `skip` snapshot sees it: the arguments, the plan, the strategy's file layout and the
+    checkpoint writer (and what checkpoint/staging.py's `stage` reads of it, which stages the run)."""
+
+    args: TrainingArguments
+    plan: Plan
+    _checkpointer: Checkpointer
+
+    @property
+    def _checkpoint_io(self) -> StrategyCheckpointIO: ...
 # A snapshot is renewed once the time since the last one is this many times what taking it cost, so snapshots take
 # at most 1% of the run's time; an event then makes again the updates since the snapshot, which can span several
 # decision windows (the weights and logs do not depend on which snapshot the run goes back to).
@@ -49,7 +67,7 @@ class GuardSnapshot:
     def clear(self) -> None:
         self.staged, self._run_values = None, None
 
-    def take(self, trainer: Any, run: Any) -> None:
+    def take(self, trainer: SnapshotSource, run: Any) -> None:
         """Stage the run as it stands now (a step boundary, or train start), replacing the previous snapshot."""
         started = time.perf_counter()
         self.clear()  # the previous copy goes before the new one is made: one copy held at a time
@@ -62,7 +80,7 @@ class GuardSnapshot:
         self._taken_at = time.perf_counter()
         self._cost = self._taken_at - started
 
-    def write(self, trainer: Any, run_dir: str) -> str:
+    def write(self, trainer: SnapshotSource, run_dir: str) -> str:
         """The staged checkpoint as a complete folder under `run_dir` (every process writes its RNG file; the saving
         process the rest, then commits): what the rollback's resume reads."""
         staged = self.staged
@@ -93,7 +111,7 @@ class GuardSnapshot:
         run.initial_num_input_tokens_seen = initial_tokens
 
 
-def refuse_unsnapshottable(trainer: Any) -> None:
+def refuse_unsnapshottable(trainer: SnapshotSource) -> None:
     """Before training: `skip` with what its snapshot cannot carry, named with the way out."""
     if not trainer._checkpoint_io.supports_background_writes:
         raise ValueError(
@@ -108,7 +126,7 @@ def refuse_unsnapshottable(trainer: Any) -> None:
         )
 
 
-def remove_snapshot_folder(trainer: Any, run_dir: str) -> None:
+def remove_snapshot_folder(trainer: SnapshotSource, run_dir: str) -> None:
     """At the end of `train()`: the private folder goes (the saving process)."""
     if trainer.args.should_save:
         shutil.rmtree(os.path.join(run_dir, SNAPSHOT_FOLDER), ignore_errors=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torch import nn
 from torch.utils.data import IterableDataset
@@ -26,6 +26,11 @@ from hf_lightning.data.model_inputs import unwrap_peft_model
 from hf_lightning.data.sized import has_length
 from hf_lightning.evaluation.metric_objects import check_metric_object_arguments
 from hf_lightning.optim.schedulers import missing_scheduler_kwargs, scheduler_kwarg_names
+
+if TYPE_CHECKING:
+    import torch
+
+    from hf_lightning.args.training_args import TrainingArguments
 
 __all__ = [
     "check_default_collation",
@@ -258,7 +263,23 @@ def empty_epoch_error(dataset: Any, epoch: int, global_step: int, max_steps: int
     )
 
 
-def check_constructor_arguments(trainer: Any) -> None:
+class ConstructorArguments(Protocol):
+    """The trainer's constructor arguments as the reference's constructor checks read them."""
+
+    args: TrainingArguments
+    model_init: Any
+    optimizer: torch.optim.Optimizer | None
+    lr_scheduler: Any
+    optimizer_cls_and_kwargs: Any
+    train_dataset: Any
+    eval_dataset: Any
+    data_collator: Any
+    compute_metrics: Any
+
+    def get_tp_size(self) -> int: ...
+
+
+def check_constructor_arguments(trainer: ConstructorArguments) -> None:
     """The reference's constructor errors (API-1.1.4), same exception types, raised as its constructor raises them
     (before the field-by-field checks of `check_trainer_inputs`)."""
     args = trainer.args

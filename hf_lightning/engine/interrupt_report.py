@@ -13,9 +13,12 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 from hf_lightning.checkpoint.files import newest_valid_checkpoint
-from hf_lightning.core.protocols import TrainerLike
+
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
 
 _RESUME_COMMAND = {"template": None}
 
@@ -45,12 +48,14 @@ def resume_line(output_dir: str, global_step: int, event: str) -> str:
 FULL_TRACEBACK_ENV = "HF_LIGHTNING_FULL_TRACEBACK"
 
 
-def report_interrupt(facade: TrainerLike, event: str, interrupt: BaseException | None = None) -> None:
-    """Print `resume_line` on stderr, from the main process only; `interrupt`, left uncaught, then ends the process
-    with one line instead of its traceback."""
-    if facade.args.process_index != 0:
+def report_interrupt(
+    args: TrainingArguments, global_step: int, event: str, interrupt: BaseException | None = None
+) -> None:
+    """Print `resume_line` for the run of `args` stopped at `global_step` on stderr, from the main process only;
+    `interrupt`, left uncaught, then ends the process with one line instead of its traceback."""
+    if args.process_index != 0:
         return
-    print(own_line(resume_line(facade.args.output_dir, facade.state.global_step, event), close_bars=True),
+    print(own_line(resume_line(args.output_dir, global_step, event), close_bars=True),
           file=sys.stderr, flush=True)
     if interrupt is not None:
         interrupt.__dict__["hf_lightning_reported"] = True

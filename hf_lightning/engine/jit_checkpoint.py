@@ -12,18 +12,29 @@ same step.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hf_lightning.callbacks import TrainerCallback
-from hf_lightning.core.protocols import TrainerLike
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    from hf_lightning.callbacks import TrainerState
 
 logger = logging.getLogger(__name__)
+
+
+class JITOwner(Protocol):
+    """The trainer as the SIGTERM checkpoint sees it: the run's Lightning trainer (its device) and the state."""
+
+    lightning_trainer: pl.Trainer | None
+    state: TrainerState
 
 
 class JITCheckpointCallback(TrainerCallback):
     """`enable_jit_checkpoint`: on SIGTERM, save a checkpoint at the next update boundary and stop training."""
 
-    def __init__(self, facade: TrainerLike):
+    def __init__(self, facade: JITOwner):
         self._facade = facade
         self.requested = False
         self.pending = False  # a checkpoint is due at this boundary's save

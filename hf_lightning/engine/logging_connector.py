@@ -7,18 +7,42 @@ that becomes `train_loss`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from hf_lightning.core.protocols import RunLike, TrainerLike
 from hf_lightning.engine.loss_window import TrainLossWindow
+
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
+    from hf_lightning.callbacks import TrainerState
+    from hf_lightning.engine.telemetry.meter import TelemetryMeter
+
+
+class LogHooks(Protocol):
+    """The trainer as the training log sees it: the reference-named `log` and `store_flos`, the loss's mean across
+    processes, the learning rate, and the telemetry that closes a window with each entry."""
+
+    args: TrainingArguments
+    state: TrainerState
+    _telemetry: TelemetryMeter | None
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None: ...
+    def store_flos(self) -> None: ...
+    def _gather_mean(self, tensor: torch.Tensor) -> torch.Tensor: ...
+    def _get_learning_rate(self) -> float: ...
+
+
+class LoggedRun(Protocol):
+    """The run as the training log sees it: when its attempt started (the log's speed figures)."""
+
+    start_time: float
 
 
 class LoggingConnector:
     """The loss window since the last training log, the run's loss total and the step last logged."""
 
-    def __init__(self, facade: TrainerLike, run: RunLike):
+    def __init__(self, facade: LogHooks, run: LoggedRun):
         self._facade = facade
         self._run = run
         self.loss = TrainLossWindow(facade.args.device)

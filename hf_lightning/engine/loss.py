@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -139,6 +139,15 @@ def deactivate_neftune(model: nn.Module, hook_handle) -> None:
         del embeddings.neftune_noise_alpha
 
 
+class ItemCountSource(Protocol):
+    """The trainer as the item-count probe sees it: whether its loss is normalised by `num_items_in_batch` (the
+    subclass's flag, the model's `**kwargs`, a custom loss function)."""
+
+    loss_is_scaled_for_ga: bool | None
+    model_accepts_loss_kwargs: bool
+    compute_loss_func: Any
+
+
 class UnusedItemCountProbe:
     """Warns once when a model counted as normalising by `num_items_in_batch` does not use it.
 
@@ -154,7 +163,7 @@ class UnusedItemCountProbe:
         self._finished = False
         self._count: torch.Tensor | None = None
 
-    def arm(self, trainer: Any, num_items_in_batch: Any, window_size: int) -> Any:
+    def arm(self, trainer: ItemCountSource, num_items_in_batch: Any, window_size: int) -> Any:
         """Return the count to pass to the first micro-batch (a grad-requiring copy when probing)."""
         if self._finished:
             return num_items_in_batch

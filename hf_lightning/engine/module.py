@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import lightning.pytorch as pl
 import torch
@@ -20,13 +20,72 @@ from lightning.pytorch.strategies import Strategy
 import hf_lightning.engine.schedule as schedule
 from hf_lightning.checkpoint.fault_points import faults_armed, reach
 from hf_lightning.core.autocast import planned_autocast_dtype
-from hf_lightning.core.protocols import RunLike, TrainerLike
 from hf_lightning.engine.guard_path import discard_skipped_windows
 from hf_lightning.engine.input_checks import empty_epoch_error
-from hf_lightning.engine.loss import UnusedItemCountProbe
+from hf_lightning.engine.loss import ItemCountSource, UnusedItemCountProbe
 from hf_lightning.engine.precision import forward_autocast
+from hf_lightning.engine.run_guard import GuardedTrainer
 from hf_lightning.engine.update_dispatch import UpdateDispatch
 from hf_lightning.strategies.fsdp.policies import gradient_sync_disabled
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from hf_lightning.callbacks import CallbackHandler
+    from hf_lightning.checkpoint.resume import Resumer
+    from hf_lightning.engine.guard_path import SkippedWindows
+    from hf_lightning.engine.run_guard import RunGuard
+    from hf_lightning.engine.telemetry.meter import TelemetryMeter
+
+
+class StepHooks(ItemCountSource, GuardedTrainer, Protocol):
+    """The trainer as the Lightning module sees it: the reference-named step methods a subclass may override, the
+    model, optimizer and scheduler an update steps, and the state, control and counters it moves (what a strategy
+    built is handed over onto it: `adopt_wrapped_model`, `adopt_engine`)."""
+
+    model: nn.Module
+    model_wrapped: nn.Module
+    optimizer: Any  # torch's, or DeepSpeed's view (`adopt_optimizer_and_scheduler`)
+    lr_scheduler: Any
+    train_dataset: Any
+    callback_handler: CallbackHandler  # its train dataloader (engine/guard_path.py)
+    deepspeed: Any  # the DeepSpeed engine once built, None before (the hand-overs also set the strategy's flags)
+    current_gradient_accumulation_steps: int
+    current_flos: float
+    _telemetry: TelemetryMeter | None
+
+    def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer: ...
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None): ...
+    def get_batch_samples(
+        self, epoch_iterator: Iterator, num_batches: int, device: torch.device
+    ) -> tuple[list, Any]: ...
+    def training_step(
+        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None
+    ) -> torch.Tensor: ...
+    def floating_point_ops(self, inputs: dict[str, Any]) -> int: ...
+    def _fire(self, event: str) -> None: ...
+    def _on_epoch_begin(self, epoch: int) -> None: ...
+    def _on_epoch_end(self, epoch: int, last_micro_batch_index: int) -> None: ...
+    def _accumulate_loss(self, loss_step: torch.Tensor) -> None: ...
+    def _track_num_input_tokens(self, inputs: dict[str, Any]) -> None: ...
+    def _clip_grad_norm(self, model: nn.Module) -> float: ...
+    def _get_learning_rate(self) -> float: ...
+    def _scheduler_waits_for_metrics(self) -> bool: ...
+    def _maybe_log_save_evaluate(self, grad_norm: Any, epoch: int, learning_rate: float | None = None) -> None: ...
+
+
+class ModuleRun(Protocol):
+    """The `train()` call as the Lightning module sees it (engine/training_run.py's `TrainingRun`): the schedule, the
+    epoch's update count, the resume and guard components, and the last update's figures for the epoch-end log."""
+
+    facade: StepHooks
+    values: schedule.TrainingValues | None
+    updates_done_in_epoch: int
+    resume: Resumer
+    guard: RunGuard | None
+    skipped_windows: SkippedWindows
+    last_grad_norm: Any
+    last_learning_rate: float | None
 
 
 class _BatchIterator(Iterator):
@@ -91,7 +150,7 @@ class _FitView:
     def __init__(self, module: HFLightningModule) -> None:
         trainer = module.trainer
         # The telemetry's step-side parts (engine/telemetry/), None when it is off: a step then only tests for None.
-        telemetry = getattr(module.facade, "_telemetry", None)
+        telemetry = module.facade._telemetry
         self.counter = None if telemetry is None else telemetry.counter
         self.data_clock = None if telemetry is None else telemetry.data_clock
         self.optimizer_clock = None if telemetry is None else telemetry.optimizer_clock
@@ -113,7 +172,8 @@ class _FitView:
             and type(module)._sync_context is _BASE_SYNC_CONTEXT
         )
         self.faults_armed = faults_armed()  # the fault-injection tests' step points (checkpoint/fault_points.py)
-        self.guard = getattr(module._run, "guard", None)  # the run guard, None when off (engine/run_guard.py)
+        run = module._run
+        self.guard = None if run is None else run.guard  # the run guard, None when off (engine/run_guard.py)
 
 
 _BATCH_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
@@ -139,7 +199,7 @@ _PLAIN_STEP_ATTRIBUTES = frozenset(
 class HFLightningModule(pl.LightningModule):
     """Wraps the user's model; every step delegates to the facade's overridable methods."""
 
-    def __init__(self, facade: TrainerLike, run: RunLike | None = None):
+    def __init__(self, facade: StepHooks, run: ModuleRun | None = None):
         super().__init__()
         self.automatic_optimization = False
         self.model = facade.model
@@ -200,7 +260,7 @@ class HFLightningModule(pl.LightningModule):
         return self._plain_transfer
 
     @property
-    def facade(self) -> TrainerLike:
+    def facade(self) -> StepHooks:
         return self._facade
 
     @property

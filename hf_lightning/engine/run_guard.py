@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import lightning.pytorch as pl
 import numpy as np
@@ -34,7 +34,15 @@ from lightning.fabric.utilities.spike import SpikeDetection
 
 from hf_lightning.core.enums import enum_value
 from hf_lightning.engine.guard_path import SkippedWindow, checkpoint_before
-from hf_lightning.engine.guard_snapshot import GuardSnapshot, refuse_unsnapshottable, remove_snapshot_folder
+from hf_lightning.engine.guard_snapshot import (
+    GuardSnapshot,
+    SnapshotSource,
+    refuse_unsnapshottable,
+    remove_snapshot_folder,
+)
+
+if TYPE_CHECKING:
+    from hf_lightning.callbacks import TrainerControl, TrainerState
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +50,17 @@ ACTIONS = ("stop", "skip", "rollback")
 METRICS = ("loss", "grad_norm")
 # Updates between two decisions when the run does not log training by steps (and no check_every_n_steps is set).
 _UNLOGGED_CHECK_EVERY = 50
+
+
+class GuardedTrainer(SnapshotSource, Protocol):
+    """The trainer as the run guard sees it: the state and control it reads and stops, the loggers its events go to
+    and the run folder its checkpoints are in (and, for `skip`, what the snapshot reads)."""
+
+    state: TrainerState
+    control: TrainerControl
+    lightning_trainer: pl.Trainer | None
+
+    def _get_output_dir(self, trial: Any) -> str: ...
 
 
 class RunGuardStop(RuntimeError):
@@ -98,7 +117,7 @@ class RunGuard(pl.Callback):
         self._renew_snapshot = False  # the last decision agreed to renew it
 
     # ---- a train() ---------------------------------------------------------------------------------------------
-    def begin_train(self, facade: Any) -> None:
+    def begin_train(self, facade: GuardedTrainer) -> None:
         """A fresh `train()`: no events, an empty running window (`skip` with what it cannot snapshot refused)."""
         if self.action == "skip":
             refuse_unsnapshottable(facade)
@@ -128,7 +147,7 @@ class RunGuard(pl.Callback):
             logger.warning("\n  ".join(lines))
 
     # ---- fed by the training step (engine/module.py) ---------------------------------------------------------------
-    def at_epoch_start(self, facade: Any, run: Any) -> None:
+    def at_epoch_start(self, facade: GuardedTrainer, run: Any) -> None:
         """`skip`: the state at the start of a fresh run (epoch 0, no update yet), the snapshot the first decision
         window goes back to (a resumed run goes back to the checkpoint it resumed from)."""
         if self.action == "skip" and self._snapshot.staged is None and facade.state.global_step == 0:
@@ -151,7 +170,7 @@ class RunGuard(pl.Callback):
             every = max(1, int(state.logging_steps)) if by_steps and state.logging_steps else _UNLOGGED_CHECK_EVERY
         return len(self._pending) >= every
 
-    def decide(self, facade: Any, run: Any, at_end: bool = False) -> None:
+    def decide(self, facade: GuardedTrainer, run: Any, at_end: bool = False) -> None:
         """Judge the updates since the last decision (one all-reduce, one host read)."""
         pending, self._pending = self._pending, []
         if not pending:
@@ -180,14 +199,14 @@ class RunGuard(pl.Callback):
             self._stop(facade, run, self._event(facade, step, verdict, window, "stop"), save_now=at_end, reason=reason)
             return
 
-    def after_decision(self, facade: Any, run: Any) -> None:
+    def after_decision(self, facade: GuardedTrainer, run: Any) -> None:
         """`skip`: at the end of a step boundary whose decision accepted every update (logged, evaluated, saved),
         the snapshot a later event goes back to."""
         if self.action == "skip" and not run.guard_halted and self._renew_snapshot:
             self._snapshot.take(facade, run)
             self._renew_snapshot = False
 
-    def _restart_point(self, facade: Any, run: Any, step: int) -> tuple[int, str] | None:
+    def _restart_point(self, facade: GuardedTrainer, run: Any, step: int) -> tuple[int, str] | None:
         """(step, folder) the run goes back to for an event at update `step`: `skip`'s snapshot written out, else
         (`rollback`, or `skip` in the first window after a resume) the newest complete checkpoint before it."""
         run_dir = facade._get_output_dir(trial=run.trial)
@@ -227,7 +246,7 @@ class RunGuard(pl.Callback):
         return len(recent) >= self.max_events
 
     # ---- acting ------------------------------------------------------------------------------------------------------
-    def _event(self, facade: Any, step: int, verdict: tuple, window: tuple[int, int, int], action: str) -> dict:
+    def _event(self, facade: GuardedTrainer, step: int, verdict: tuple, window: tuple[int, int, int], action: str) -> dict:
         metric, value, reference = verdict
         epoch, first, count = window
         event = {
@@ -246,7 +265,7 @@ class RunGuard(pl.Callback):
                 lightning_logger.log_metrics(metrics, step=step)
         return event
 
-    def _rollback(self, facade: Any, run: Any, event: dict, found: tuple[int, str]) -> None:
+    def _rollback(self, facade: GuardedTrainer, run: Any, event: dict, found: tuple[int, str]) -> None:
         saved_step, checkpoint = found
         epoch, (first, last) = event["epoch"], event["batches"]
         run.skipped_windows.add(SkippedWindow(epoch, first, last - first + 1, at_step=event["step"] - 1))
@@ -260,7 +279,7 @@ class RunGuard(pl.Callback):
         where = f"the state kept at step {saved_step}" if self.action == "skip" else f"{checkpoint} (step {saved_step})"
         logger.warning(f"RunGuard: rolling back to {where} and leaving those batches out.")
 
-    def _stop(self, facade: Any, run: Any, event: dict, save_now: bool, reason: str) -> None:
+    def _stop(self, facade: GuardedTrainer, run: Any, event: dict, save_now: bool, reason: str) -> None:
         control = facade.control
         control.should_training_stop = True
         run.guard_halted = True

@@ -20,14 +20,29 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import lightning.pytorch as pl
 
-from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.engine.interrupt_report import own_line, resume_line
 from hf_lightning.engine.jit_checkpoint import JITCheckpointCallback
 from hf_lightning.engine.slurm_requeue import SlurmRequeue
+
+if TYPE_CHECKING:
+    from hf_lightning.args.training_args import TrainingArguments
+    from hf_lightning.callbacks import CallbackHandler, TrainerControl, TrainerState
+
+
+class SignalOwner(Protocol):
+    """The trainer as a `train()` call's signal handling sees it: its callbacks (the SIGTERM checkpoint one), the
+    arguments, the state and control, and the run's Lightning trainer (its device)."""
+
+    args: TrainingArguments
+    state: TrainerState
+    control: TrainerControl
+    callback_handler: CallbackHandler
+    lightning_trainer: pl.Trainer | None
+
 
 TERMINATED_MESSAGE = (
     "hf_lightning: received SIGTERM during train(); the process ends now (exit status 143). Set "
@@ -42,7 +57,7 @@ class SignalBridge(pl.Callback):
         self,
         jit: JITCheckpointCallback | None,
         before_train: Any,
-        facade: TrainerLike | None = None,
+        facade: SignalOwner | None = None,
         scope: SignalScope | None = None,
     ):
         self._jit = jit
@@ -111,7 +126,7 @@ def _install(signum: int, handler: Any) -> None:
 class SignalScope:
     """One `train()` call's signal handling: the JIT handler during the whole call, the bridge during fit."""
 
-    def __init__(self, facade: TrainerLike):
+    def __init__(self, facade: SignalOwner):
         self._facade = facade
         self.jit: JITCheckpointCallback | None = None
         self.requeue: SlurmRequeue | None = None  # set at fit start under SLURM's auto-requeue

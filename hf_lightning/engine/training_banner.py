@@ -10,10 +10,26 @@ shows (`resumed_from_line`), so the progress bar's jump to the resumed step is e
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.core.reference_logging import reference_logger
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from hf_lightning.args.training_args import TrainingArguments
+    from hf_lightning.callbacks import TrainerState
+    from hf_lightning.translation.plan import Plan
+
+
+class BannerSource(Protocol):
+    """The trainer as the banner sees it: the arguments, the plan, the model, the state and the batch size used."""
+
+    args: TrainingArguments
+    plan: Plan
+    model: nn.Module
+    state: TrainerState
+    _train_batch_size: int  # `auto_find_batch_size` may have shrunk it
 
 
 def trainable_parameter_count(model: Any) -> int:
@@ -25,7 +41,7 @@ def trainable_parameter_count(model: Any) -> int:
     )
 
 
-def log_training_banner(trainer: TrainerLike, values: Any, resume_point: Any | None) -> None:
+def log_training_banner(trainer: BannerSource, values: Any, resume_point: Any | None) -> None:
     """Log the banner for the run's `TrainingValues` and, when resuming, its `ResumePoint`."""
     logger = reference_logger("transformers.trainer", __name__)
     per_device = trainer.args.per_device_train_batch_size
@@ -55,7 +71,7 @@ def log_training_banner(trainer: TrainerLike, values: Any, resume_point: Any | N
         print(resumed_from_line(trainer, values, resume_point), file=sys.stderr, flush=True)
 
 
-def resumed_from_line(trainer: TrainerLike, values: Any, resume_point: Any) -> str:
+def resumed_from_line(trainer: BannerSource, values: Any, resume_point: Any) -> str:
     """Where a resumed run continues, in one line: the checkpoint, the step of the total, the epoch and the batches
     of it already trained (skipped, not trained again)."""
     where = f"epoch {resume_point.epochs_trained}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import lightning.pytorch as pl
 import torch
@@ -26,34 +26,75 @@ from hf_lightning.checkpoint.global_batch import (
     keep_global_batch_requested,
 )
 from hf_lightning.checkpoint.restart import checkpoint_after_restart, launcher_restart
-from hf_lightning.checkpoint.resume import Resumer
+from hf_lightning.checkpoint.resume import ResumeHooks, Resumer
 from hf_lightning.core.blocked_time import blocked_by
 from hf_lightning.core.devices import empty_device_cache, is_out_of_memory
 from hf_lightning.core.outputs import TrainOutput
-from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.core.seeding import seed_from_args
 from hf_lightning.engine.guard_path import SkippedWindows
 from hf_lightning.engine.interrupt_report import report_interrupt
 from hf_lightning.engine.lightning_bridge import build_lightning_trainer, engine_design_warnings_silenced
-from hf_lightning.engine.logging_connector import LoggingConnector
-from hf_lightning.engine.module import HFLightningModule
+from hf_lightning.engine.logging_connector import LoggingConnector, LogHooks
+from hf_lightning.engine.module import HFLightningModule, StepHooks
 from hf_lightning.engine.run_guard import RunGuard, RunGuardStop
-from hf_lightning.engine.signals import SignalScope, keyboard_interrupt_of
+from hf_lightning.engine.signals import SignalOwner, SignalScope, keyboard_interrupt_of
 from hf_lightning.engine.special_tokens import align_special_tokens
 from hf_lightning.engine.telemetry.flops import begin_measuring
-from hf_lightning.engine.training_banner import log_training_banner
+from hf_lightning.engine.training_banner import BannerSource, log_training_banner
 from hf_lightning.evaluation.helpers import speed_metrics
 from hf_lightning.integrations.loggers import publish_run_texts
 from hf_lightning.strategies.distributed import ensure_process_group, under_elastic_agent
 from hf_lightning.strategies.hung_process import hung_process_error, is_collective_timeout
 
+if TYPE_CHECKING:
+    from torch import nn
+    from torch.utils.data import DataLoader
+
+    from hf_lightning.engine.memory import TrainerMemoryTracker
+    from hf_lightning.translation.plan import ModuleSettings
+
 logger = logging.getLogger(__name__)
+
+
+class RunFacade(StepHooks, ResumeHooks, LogHooks, SignalOwner, BannerSource, Protocol):
+    """The trainer as one `train()` call sees it: what its components see (the module's step hooks, the resume
+    hooks, the log, the signals, the banner), and the reference-named set-up and finalisation methods the run
+    calls, with the members they move."""
+
+    model_init: Any
+    place_model_on_device: bool
+    is_model_parallel: bool
+    processing_class: Any
+    neftune_noise_alpha: float | None
+    lightning_callbacks: list[Any]
+    lightning_trainer_overrides: dict[str, Any]
+    is_in_train: bool
+    _memory_tracker: TrainerMemoryTracker
+    _model_is_prepared: bool  # a later evaluate() reports no model preparation time
+    _trial: Any
+    _created_lr_scheduler: bool
+    _loggers_before_training: list[Any] | None  # the loggers a run writes to, built before training (or kept)
+
+    def call_model_init(self, trial: Any = None) -> nn.Module: ...
+    def get_train_dataloader(self) -> DataLoader: ...
+    def set_initial_training_values(self, args: Any, dataloader: DataLoader) -> tuple: ...
+    def _stateful_callbacks(self) -> list: ...
+    def _hp_search_setup(self, trial: Any) -> None: ...
+    def _activate_neftune(self) -> None: ...
+    def _deactivate_neftune(self) -> None: ...
+    def _data_parallel_layout(self) -> tuple[int, int]: ...
+    def _read_changed_arguments(self) -> None: ...
+    def _evaluate(
+        self, trial: Any, ignore_keys_for_eval: list[str] | None, skip_scheduler: bool = False
+    ) -> dict[str, float]: ...
+    def _load_best_model(self) -> None: ...
+    def _finish_current_push(self) -> None: ...
 
 
 class TrainingRun:
     """The state and flow of one `train()` call; `auto_find_batch_size` retries are attempts of the same run."""
 
-    def __init__(self, facade: TrainerLike, trial: Any = None, ignore_keys_for_eval: list[str] | None = None):
+    def __init__(self, facade: RunFacade, trial: Any = None, ignore_keys_for_eval: list[str] | None = None):
         self.facade = facade
         self.trial = trial
         self.ignore_keys_for_eval = ignore_keys_for_eval
@@ -75,7 +116,7 @@ class TrainingRun:
         self.signals = SignalScope(facade)  # SIGTERM / SIGINT during this call (hf_lightning/engine/signals.py)
         # The run guard among the Lightning callbacks (engine/run_guard.py), None when off; the windows it took out
         # of this run's path (also read from a resumed checkpoint, and written into every later one).
-        self.guard: RunGuard | None = _run_guard_of(facade)
+        self.guard: RunGuard | None = _run_guard_of(facade.lightning_callbacks, facade.lightning_trainer_overrides)
         self.skipped_windows = SkippedWindows()
         self.rollback_to: str | None = None  # the checkpoint a guard's rollback reloads once the fit has ended
         self.rollback_continuation: Any = None  # `skip`: puts the snapshot's loss window back once the refit starts
@@ -108,7 +149,7 @@ class TrainingRun:
             and trainer.model_init is None
         ):
             trainer.model.to(args.device)
-        _enable_activation_checkpointing(trainer)
+        _enable_activation_checkpointing(trainer.plan.module, trainer.model)
         align_special_tokens(trainer.model, trainer.processing_class)
         if trainer.neftune_noise_alpha is not None:
             trainer._activate_neftune()
@@ -146,7 +187,7 @@ class TrainingRun:
                 return output
         except KeyboardInterrupt as interrupt:
             # Where to resume from, then the interrupt (uncaught: one line, not a screen of traceback).
-            report_interrupt(trainer, "train() interrupted (Ctrl+C)", interrupt)
+            report_interrupt(trainer.args, trainer.state.global_step, "train() interrupted (Ctrl+C)", interrupt)
             raise
         finally:
             self.checkpointing.release_run_dirs()
@@ -246,7 +287,7 @@ class TrainingRun:
             trainer.lightning_callbacks,
             model=trainer.model,
             overrides=trainer.lightning_trainer_overrides,
-            loggers=getattr(trainer, "_loggers_before_training", None),
+            loggers=trainer._loggers_before_training,
         )
         trainer._loggers_before_training = None  # they belong to the Lightning trainer from now on
         trainer.lightning_trainer = lightning_trainer
@@ -332,22 +373,20 @@ class TrainingRun:
         return TrainOutput(trainer.state.global_step, train_loss, metrics)
 
 
-def _run_guard_of(trainer: TrainerLike) -> RunGuard | None:
+def _run_guard_of(lightning_callbacks: list[Any], overrides: dict[str, Any]) -> RunGuard | None:
     """The run guard among the Lightning callbacks: `callbacks=` of the trainer, or a config's `trainer: callbacks:`
     (`lightning_trainer_overrides`)."""
-    overrides = getattr(trainer, "lightning_trainer_overrides", None) or {}
-    callbacks = list(trainer.lightning_callbacks) + list(overrides.get("callbacks") or [])
+    callbacks = list(lightning_callbacks) + list(overrides.get("callbacks") or [])
     return next((callback for callback in callbacks if isinstance(callback, RunGuard)), None)
 
 
-def _enable_activation_checkpointing(trainer: TrainerLike) -> None:
-    settings = trainer.plan.module
+def _enable_activation_checkpointing(settings: ModuleSettings, model: nn.Module) -> None:
+    """`activation_checkpointing`: the model's own enabling method (the deprecated gradient one warned about)."""
     if not settings.activation_checkpointing:
         return
     kwargs = dict(settings.activation_checkpointing_kwargs or {})
     every_n_layers = kwargs.pop("every_n_layers", 1)
     offload = kwargs.pop("offload", False)
-    model = trainer.model
     if hasattr(model, "activation_checkpointing_enable"):
         model.activation_checkpointing_enable(
             activation_checkpointing_kwargs=kwargs or None, every_n_layers=every_n_layers, offload=offload
@@ -368,7 +407,7 @@ def _enable_activation_checkpointing(trainer: TrainerLike) -> None:
         )
 
 
-def _compile_model(trainer: TrainerLike) -> None:
+def _compile_model(trainer: RunFacade) -> None:
     """`torch_compile`: the reference runs the compiled module; `trainer.model` stays the original."""
     settings = trainer.plan.module
     if not settings.torch_compile or trainer.model_wrapped is not trainer.model:
@@ -403,7 +442,9 @@ class _TrainBeginBridge(pl.Callback):
             publish_run_texts(logger, facade.args, facade.model)
         facade._fire("on_train_begin")
         if facade._telemetry is not None:  # measuring starts with the first step (engine/telemetry/)
-            begin_measuring(facade._telemetry, facade, lightning_trainer, time.time() - run.start_time)
+            begin_measuring(
+                facade._telemetry, facade.plan, facade.model, lightning_trainer, time.time() - run.start_time
+            )
         if facade.plan.evaluation.on_start:
             facade._evaluate(run.trial, run.ignore_keys_for_eval, skip_scheduler=True)  # before any step
         # Lightning calls every callback on every batch, and this one is done. Rebinding the list (rather than

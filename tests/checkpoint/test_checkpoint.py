@@ -79,6 +79,7 @@ class StandIn(CheckpointMixin):
         self.args = args
         self.plan = translate(args)  # the checkpoint I/O of its strategy (strategies/build.py)
         self._training_run = None
+        self._telemetry = None  # the telemetry is off (core/blocked_time.py reads it)
         self._checkpointer = Checkpointer(self)
         self.model = model if model is not None else make_regression_mlp()
         self.model_wrapped = self.model

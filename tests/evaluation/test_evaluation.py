@@ -67,6 +67,7 @@ class StandInTrainer(EvaluationMixin):
         self.control = TrainerControl()
         self.callback_handler = CallbackHandler([DefaultFlowCallback, *callbacks], model, None, None, None)
         self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
+        self._telemetry = None  # the telemetry is off (core/blocked_time.py reads it)
         if getattr(model, "config", None) is not None:
             model.config.use_cache = args.use_cache
 
@@ -914,6 +915,7 @@ class Facade(EvaluationMixin):
         self.is_in_train = False
         self._telemetry = None  # the facade's when the telemetry is switched off
         self._memory_tracker = TrainerMemoryTracker(skip_memory_metrics=True)
+        self._telemetry = None
 
     def get_test_dataloader(self, dataset):
         return torch.utils.data.DataLoader(dataset, batch_size=self.args.eval_batch_size)

@@ -21,9 +21,9 @@ from torch import nn
 
 from hf_lightning.core.autocast import convert_outputs_to_fp32
 from hf_lightning.core.devices import empty_device_cache
-from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.engine.accelerator import collectives
 from hf_lightning.engine.accelerator import state as run_state
+from hf_lightning.engine.accelerator.ports import AcceleratorOwner
 from hf_lightning.engine.accelerator.process_control import ProcessControlMixin
 from hf_lightning.engine.accelerator.state import (
     AcceleratorStateView,
@@ -81,7 +81,7 @@ _OWNED_BY_THE_ENGINE = {
 class LightningAccelerator(ProcessControlMixin):
     """accelerate's `Accelerator` surface for one trainer, carried out by its Lightning run (not accelerate)."""
 
-    def __init__(self, trainer: TrainerLike):
+    def __init__(self, trainer: AcceleratorOwner):
         self._trainer = trainer
         self.state = AcceleratorStateView(trainer)
         self.gradient_state = GradientStateView(trainer)
@@ -203,7 +203,8 @@ class LightningAccelerator(ProcessControlMixin):
     def torch_device_mesh(self) -> Any:
         """The device mesh of Lightning's ModelParallelStrategy once `train()` set it up (dimensions
         `data_parallel` x `tensor_parallel`, not accelerate's names); None otherwise."""
-        strategy = getattr(getattr(self._trainer, "lightning_trainer", None), "strategy", None)
+        lightning_trainer = self._trainer.lightning_trainer
+        strategy = None if lightning_trainer is None else lightning_trainer.strategy
         return getattr(strategy, "_device_mesh", None)
 
     # ---- parallelism_config ranks (accelerate's meanings) ------------------------------------------------
@@ -400,9 +401,9 @@ class LightningAccelerator(ProcessControlMixin):
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Backward through the run's Lightning module during `train()` (precision and strategy hooks see it);
         `loss.backward(**kwargs)` outside a run. The loss is not divided: the trainer scales for accumulation."""
-        run = getattr(self._trainer, "_training_run", None)
-        module = None if run is None else getattr(run, "module", None)
-        if module is None or getattr(module, "_trainer", None) is None:
+        run = self._trainer._training_run
+        module = None if run is None else run.module
+        if module is None or module._trainer is None:
             loss.backward(**kwargs)
         elif kwargs:
             module.manual_backward(loss, **kwargs)
@@ -433,7 +434,7 @@ class LightningAccelerator(ProcessControlMixin):
         return None
 
     def _grad_scaler(self) -> Any:
-        lightning_trainer = getattr(self._trainer, "lightning_trainer", None)
+        lightning_trainer = self._trainer.lightning_trainer
         return (
             None if lightning_trainer is None else getattr(lightning_trainer.precision_plugin, "scaler", None)
         )

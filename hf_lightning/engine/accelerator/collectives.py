@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hf_lightning.core.protocols import TrainerLike
+from hf_lightning.engine.accelerator.ports import AcceleratorOwner
 from hf_lightning.engine.accelerator.state import lightning_strategy, num_processes
 from hf_lightning.strategies import distributed
 
@@ -36,7 +36,7 @@ def apply_to_tensors(function: Callable[[torch.Tensor], Any], data: Any, what: s
     )
 
 
-def is_multi_process(trainer: TrainerLike) -> bool:
+def is_multi_process(trainer: AcceleratorOwner) -> bool:
     """Whether the run has several processes; makes sure their process group exists before a collective."""
     if num_processes(trainer) <= 1:
         return False
@@ -45,7 +45,7 @@ def is_multi_process(trainer: TrainerLike) -> bool:
     return True
 
 
-def barrier(trainer: TrainerLike) -> None:
+def barrier(trainer: AcceleratorOwner) -> None:
     """Wait for every process (the strategy's `barrier`)."""
     if not is_multi_process(trainer):
         return
@@ -56,7 +56,7 @@ def barrier(trainer: TrainerLike) -> None:
         dist.barrier()
 
 
-def _all_gather(trainer: TrainerLike, tensor: torch.Tensor) -> torch.Tensor:
+def _all_gather(trainer: AcceleratorOwner, tensor: torch.Tensor) -> torch.Tensor:
     """Every process's `tensor` stacked on a new dim 0, in rank order."""
     strategy = lightning_strategy(trainer)
     if strategy is not None:
@@ -66,7 +66,7 @@ def _all_gather(trainer: TrainerLike, tensor: torch.Tensor) -> torch.Tensor:
     return torch.stack(parts)
 
 
-def gather(trainer: TrainerLike, data: Any) -> Any:
+def gather(trainer: AcceleratorOwner, data: Any) -> Any:
     """Every process's tensors concatenated on dim 0 in rank order (0-d tensors become 1-d), as accelerate's."""
     if not is_multi_process(trainer):
         return data
@@ -78,7 +78,7 @@ def gather(trainer: TrainerLike, data: Any) -> Any:
     return apply_to_tensors(gather_one, data, "gather")
 
 
-def gather_object(trainer: TrainerLike, data: Any) -> list[Any]:
+def gather_object(trainer: AcceleratorOwner, data: Any) -> list[Any]:
     """Every process's list of picklable objects, flattened in rank order (a single process: `data` as is).
 
     As accelerate's, each process's object is iterated: pass a list.
@@ -97,7 +97,7 @@ def gather_object(trainer: TrainerLike, data: Any) -> list[Any]:
     return [item for part in gathered for item in part]
 
 
-def reduce(trainer: TrainerLike, data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+def reduce(trainer: AcceleratorOwner, data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     """A reduced copy of every tensor across processes: "sum", "mean" or "max" (accelerate's `reduce`)."""
     if reduction not in _REDUCTIONS:
         raise ValueError(f"accelerator.reduce: reduction must be one of {_REDUCTIONS}, got {reduction!r}.")
@@ -120,7 +120,7 @@ def reduce(trainer: TrainerLike, data: Any, reduction: str = "sum", scale: float
     return apply_to_tensors(reduce_one, data, "reduce")
 
 
-def broadcast(trainer: TrainerLike, data: Any, from_process: int = 0) -> Any:
+def broadcast(trainer: AcceleratorOwner, data: Any, from_process: int = 0) -> Any:
     """Every tensor overwritten in place with process `from_process`'s (accelerate's `broadcast`)."""
     if not is_multi_process(trainer):
         return data
@@ -136,7 +136,7 @@ def broadcast(trainer: TrainerLike, data: Any, from_process: int = 0) -> Any:
     return apply_to_tensors(broadcast_one, data, "broadcast")
 
 
-def broadcast_object_list(trainer: TrainerLike, objects: list[Any], from_process: int = 0) -> list[Any]:
+def broadcast_object_list(trainer: AcceleratorOwner, objects: list[Any], from_process: int = 0) -> list[Any]:
     """The list of picklable objects filled in place with process `from_process`'s."""
     if is_multi_process(trainer):
         dist.broadcast_object_list(objects, src=from_process)
@@ -144,7 +144,7 @@ def broadcast_object_list(trainer: TrainerLike, objects: list[Any], from_process
 
 
 def pad_across_processes(
-    trainer: TrainerLike, data: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
+    trainer: AcceleratorOwner, data: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
 ) -> Any:
     """Every tensor padded on `dim` to the largest size any process has there (at the start with `pad_first`)."""
 

@@ -15,9 +15,9 @@ from typing import Any
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
-from hf_lightning.core.protocols import TrainerLike
 from hf_lightning.data.dataloaders import HFDataLoader
 from hf_lightning.data.samplers import made_seedable, shard_batches
+from hf_lightning.engine.accelerator.ports import AcceleratorOwner
 from hf_lightning.engine.accelerator.state import num_processes, process_index, refuse_tensor_parallel_dealing
 from hf_lightning.evaluation.helpers import last_batch_remainder
 
@@ -29,7 +29,7 @@ class PreparedDataLoader:
     can set its epoch and skip a resumed epoch's first batches when a subclass returns it from
     `get_train_dataloader` (sentence-transformers does), and it draws one batch ahead as accelerate's does."""
 
-    def __init__(self, trainer: TrainerLike, dataloader: DataLoader, device_placement: bool = True):
+    def __init__(self, trainer: AcceleratorOwner, dataloader: DataLoader, device_placement: bool = True):
         self._trainer = trainer
         self.base_dataloader = _rebuilt(trainer, dataloader)
         self.device = trainer.args.device if device_placement else None
@@ -65,7 +65,7 @@ class PreparedDataLoader:
         return batch if self.device is None else move_data_to_device(batch, self.device)
 
 
-def _seedable(trainer: TrainerLike, dataloader: DataLoader) -> None:
+def _seedable(trainer: AcceleratorOwner, dataloader: DataLoader) -> None:
     """As accelerate's `prepare_data_loader` with `use_seedable_sampler`: a `RandomSampler` inside the loader is
     replaced (in place) by one whose order is `data_seed` (else torch's initial seed) plus the epoch."""
     if not trainer.accelerator.use_seedable_sampler:
@@ -81,7 +81,7 @@ def _seedable(trainer: TrainerLike, dataloader: DataLoader) -> None:
         inner.sampler = seedable
 
 
-def _rebuilt(trainer: TrainerLike, dataloader: DataLoader) -> HFDataLoader:
+def _rebuilt(trainer: AcceleratorOwner, dataloader: DataLoader) -> HFDataLoader:
     """This process's share of `dataloader` as an HFDataLoader (the whole loader in a single process)."""
     _seedable(trainer, dataloader)
     processes = num_processes(trainer)

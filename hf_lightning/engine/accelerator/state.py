@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from hf_lightning.core.protocols import TrainerLike
+from hf_lightning.engine.accelerator.ports import AcceleratorOwner
 from hf_lightning.evaluation.helpers import last_batch_remainder
 from hf_lightning.strategies.tensor_parallel.shards import trainer_tp_size
 
@@ -31,31 +31,31 @@ class DistributedType(str, enum.Enum):
         return self.value
 
 
-def lightning_strategy(trainer: TrainerLike) -> Any:
+def lightning_strategy(trainer: AcceleratorOwner) -> Any:
     """The strategy of the facade's current (or last) `lightning.Trainer`; None before the first `train()`."""
-    lightning_trainer = getattr(trainer, "lightning_trainer", None)
+    lightning_trainer = trainer.lightning_trainer
     return None if lightning_trainer is None else lightning_trainer.strategy
 
 
-def num_processes(trainer: TrainerLike) -> int:
+def num_processes(trainer: AcceleratorOwner) -> int:
     """Processes of the run: the strategy's world size, else the launcher's (`args.world_size`)."""
     strategy = lightning_strategy(trainer)
     return int(strategy.world_size) if strategy is not None else int(trainer.args.world_size)
 
 
-def process_index(trainer: TrainerLike) -> int:
+def process_index(trainer: AcceleratorOwner) -> int:
     """This process's global rank: the strategy's, else the launcher's (`args.process_index`)."""
     strategy = lightning_strategy(trainer)
     return int(strategy.global_rank) if strategy is not None else int(trainer.args.process_index)
 
 
-def local_process_index(trainer: TrainerLike) -> int:
+def local_process_index(trainer: AcceleratorOwner) -> int:
     """This process's rank on its node: the strategy's, else the launcher's (`args.local_process_index`)."""
     strategy = lightning_strategy(trainer)
     return int(strategy.local_rank) if strategy is not None else int(trainer.args.local_process_index)
 
 
-def refuse_tensor_parallel_dealing(trainer: TrainerLike, what: str) -> None:
+def refuse_tensor_parallel_dealing(trainer: AcceleratorOwner, what: str) -> None:
     """Refuse dealing data by global rank in a tensor-parallel run, naming the field: its ranks are one replica and
     must see the same samples (different ones would feed each DTensor shard other inputs, silently)."""
     tp_size = trainer_tp_size(trainer)
@@ -67,7 +67,7 @@ def refuse_tensor_parallel_dealing(trainer: TrainerLike, what: str) -> None:
         )
 
 
-def distributed_type(trainer: TrainerLike) -> DistributedType:
+def distributed_type(trainer: AcceleratorOwner) -> DistributedType:
     """accelerate's kind of run for the plan's strategy (NO for a single process, as accelerate reports it)."""
     strategy = trainer.plan.strategy
     name = None if strategy is None else strategy.name
@@ -80,7 +80,7 @@ def distributed_type(trainer: TrainerLike) -> DistributedType:
     return DistributedType.MULTI_GPU if trainer.args.device.type == "cuda" else DistributedType.MULTI_CPU
 
 
-def mixed_precision(trainer: TrainerLike) -> str:
+def mixed_precision(trainer: AcceleratorOwner) -> str:
     """The mixed precision, "bf16", "fp16" or "no": the precision the arguments ask for (`bf16` / `fp16`), as accelerate reports it."""
     args = trainer.args
     if getattr(args, "bf16", False):
@@ -90,7 +90,7 @@ def mixed_precision(trainer: TrainerLike) -> str:
     return "no"
 
 
-def autocast_dtype(trainer: TrainerLike) -> torch.dtype | None:
+def autocast_dtype(trainer: AcceleratorOwner) -> torch.dtype | None:
     """The dtype the model's forward autocasts to in this run (None: full precision, fp16 on CPU included)."""
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(trainer.plan.module.forward_autocast)
 
@@ -98,7 +98,7 @@ def autocast_dtype(trainer: TrainerLike) -> torch.dtype | None:
 class AcceleratorStateView:
     """accelerate's `AcceleratorState` as far as it has a meaning here (read-only, from the facade)."""
 
-    def __init__(self, trainer: TrainerLike):
+    def __init__(self, trainer: AcceleratorOwner):
         self._trainer = trainer
 
     @property
@@ -186,7 +186,7 @@ class DataLoaderConfigView:
     """accelerate's `DataLoaderConfiguration`: how batches are dealt to processes (the arguments'
     accelerator_config; read-only but for `even_batches`, which accelerate's accelerator also sets)."""
 
-    def __init__(self, trainer: TrainerLike):
+    def __init__(self, trainer: AcceleratorOwner):
         self._trainer = trainer
 
     @property
@@ -244,7 +244,7 @@ class GradientStateView:
     training, the train dataloader's last batch; `remainder` is -1 when unknown or outside a dataloader.
     """
 
-    def __init__(self, trainer: TrainerLike):
+    def __init__(self, trainer: AcceleratorOwner):
         self._trainer = trainer
         # Loaders from `accelerator.prepare(dataloader)` being iterated, innermost last (accelerate's stack).
         self.active_dataloaders: list[Any] = []
@@ -252,9 +252,9 @@ class GradientStateView:
     @property
     def sync_gradients(self) -> bool:
         """Whether this micro-batch closes its accumulation window (the optimizer steps after it)."""
-        run = getattr(self._trainer, "_training_run", None)
-        module = None if run is None else getattr(run, "module", None)
-        return bool(getattr(module, "sync_gradients", True)) if module is not None else True
+        run = self._trainer._training_run
+        module = None if run is None else run.module
+        return bool(module.sync_gradients) if module is not None else True
 
     @property
     def num_steps(self) -> int:
@@ -302,18 +302,18 @@ class GradientStateView:
             return loader.end_of_dataloader, loader.remainder
 
         trainer = self._trainer
-        evaluation = getattr(trainer, "_current_evaluation", None)
+        evaluation = trainer._current_evaluation
         if evaluation is not None and evaluation.iterating:
             if evaluation.on_last_batch:
                 return True, int(evaluation.last_batch_remainder)
             eval_dataloader = getattr(trainer.callback_handler, "eval_dataloader", None)
             return False, last_batch_remainder(eval_dataloader, None, num_processes(trainer))
-        run = getattr(trainer, "_training_run", None)
-        module = None if run is None else getattr(run, "module", None)
-        if module is None or not getattr(run, "fitting", False):
+        run = trainer._training_run
+        module = None if run is None else run.module
+        if module is None or not run.fitting:
             return None
         remainder = last_batch_remainder(run.lightning_trainer.train_dataloader, None, num_processes(trainer))
-        return bool(getattr(module, "end_of_dataloader", False)), remainder
+        return bool(module.end_of_dataloader), remainder
 
     def __repr__(self) -> str:
         return (

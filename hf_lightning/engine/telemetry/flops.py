@@ -27,13 +27,19 @@ import copy
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.fabric.utilities.throughput import get_available_flops, measure_flops
 from torch import nn
 
 from hf_lightning.core.autocast import planned_autocast_dtype
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    from hf_lightning.engine.telemetry.meter import TelemetryMeter
+    from hf_lightning.translation.plan import Plan
 
 logger = logging.getLogger(__name__)
 
@@ -189,12 +195,14 @@ def device_peak_flops(device: torch.device, dtype: torch.dtype) -> float | None:
 _REPLICATING_STRATEGIES = (None, "ddp")
 
 
-def begin_measuring(telemetry: Any, facade: Any, lightning_trainer: Any, setup_seconds: float) -> None:
-    """Tell the trainer's `TelemetryMeter` what the fit runs on: the device, the processes, the precision and its
-    peak FLOP/s (the user's `peak_flops` first), how FLOPs are counted and where figures are logged."""
+def begin_measuring(
+    telemetry: TelemetryMeter, plan: Plan, model: nn.Module, lightning_trainer: pl.Trainer, setup_seconds: float
+) -> None:
+    """Tell the trainer's `TelemetryMeter` what the fit of `model` under `plan` runs on: the device, the processes,
+    the precision and its peak FLOP/s (the user's `peak_flops` first), how FLOPs are counted and where figures are
+    logged."""
     device = lightning_trainer.strategy.root_device
-    plan = facade.plan
-    dtype = compute_dtype(planned_autocast_dtype(plan.module), facade.model)
+    dtype = compute_dtype(planned_autocast_dtype(plan.module), model)
     peak, source = telemetry.settings.peak_flops, "Telemetry(peak_flops=...)"
     if peak is None:
         peak, source = device_peak_flops(device, dtype), "lightning get_available_flops"
@@ -206,7 +214,7 @@ def begin_measuring(telemetry: Any, facade: Any, lightning_trainer: Any, setup_s
         peak_flops_source=source if peak is not None else None,
         compute_dtype=dtype,
         flops_rule=flops_rule_maker(
-            facade.model, replicated=strategy in _REPLICATING_STRATEGIES, mode=telemetry.settings.flops
+            model, replicated=strategy in _REPLICATING_STRATEGIES, mode=telemetry.settings.flops
         ),
         loggers=list(lightning_trainer.loggers),
         setup_seconds=setup_seconds,

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -28,7 +28,30 @@ from hf_lightning.engine.telemetry.figures import Totals, figures, progress_text
 from hf_lightning.engine.telemetry.settings import TelemetrySettings
 from hf_lightning.integrations.loggers import publish_perf
 
+if TYPE_CHECKING:
+    from torch import nn
+
+    from hf_lightning.args.training_args import TrainingArguments
+    from hf_lightning.callbacks import CallbackHandler, TrainerState
+    from hf_lightning.engine.memory import TrainerMemoryTracker
+
 logger = logging.getLogger(__name__)
+
+
+class MeteredTrainer(Protocol):
+    """The trainer as its telemetry sees it: the arguments, the state, the model and tokenizer (what a batch's
+    tokens are), the callbacks (the progress bar), the memory metrics' setting, the sum across processes and the
+    loggers in use."""
+
+    args: TrainingArguments
+    state: TrainerState
+    model: nn.Module
+    processing_class: Any
+    callback_handler: CallbackHandler
+    _memory_tracker: TrainerMemoryTracker
+
+    def _all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor: ...
+    def _current_loggers(self) -> list[Any]: ...
 
 SUMMARY_NAME = "run_performance.json"
 
@@ -56,7 +79,7 @@ class EvaluationPass:
 class TelemetryMeter:
     """A trainer's telemetry (engine/telemetry/): per-step clocks and counters, windows, passes, the run summary."""
 
-    def __init__(self, facade: Any, settings: TelemetrySettings, holder: Any = None) -> None:
+    def __init__(self, facade: MeteredTrainer, settings: TelemetrySettings, holder: Any = None) -> None:
         self._facade = facade
         self.settings = settings
         self._holder = holder  # the user's `Telemetry` callback, whose `summary` gets each run's
@@ -93,7 +116,7 @@ class TelemetryMeter:
         self.optimizer_clock = device_clock(device)
         self.data_clock.read_and_reset()
         self.blocked.take()
-        memory_tracker = getattr(facade, "_memory_tracker", None)
+        memory_tracker = facade._memory_tracker
         self._training = _Training(
             device=device,
             world_size=world_size,
@@ -102,7 +125,7 @@ class TelemetryMeter:
             compute_dtype=compute_dtype,
             loggers=loggers,
             setup_seconds=setup_seconds,
-            memory=PeakMemory(device, resets=getattr(memory_tracker, "skip_memory_metrics", True)),
+            memory=PeakMemory(device, resets=memory_tracker.skip_memory_metrics),
             started=time.perf_counter(),
             window_started=time.perf_counter(),
             window_step=facade.state.global_step,

@@ -104,7 +104,7 @@ def test_blocked_by_is_a_no_op_without_telemetry():
     class Bare:
         _telemetry = None
 
-    with blocked_by(Bare(), "checkpoint"), blocked_by(object(), "hub"):
+    with blocked_by(Bare(), "checkpoint"), blocked_by(Bare(), "hub"):
         pass
 
 
