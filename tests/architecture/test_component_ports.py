@@ -16,7 +16,7 @@ from hf_lightning.checkpoint.staging import StagingSource
 from hf_lightning.evaluation.loop import EvaluationHooks
 from hf_lightning.integrations.ray_tune import SearchedTrainer
 from hf_lightning.integrations.ray_tune_workers import TrialTrainer
-from tests.architecture.test_trainer_protocol import _assigned_attribute_names
+from tests.architecture.test_ports import _assigned_attribute_names
 
 PORTS = [StagingSource, SaveHooks, EvaluationHooks, TrialReferences, TrialTrainer, SearchedTrainer]
 
