@@ -8,7 +8,7 @@ W&B sweeps are refused with a ValueError.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -18,6 +18,7 @@ from hf_lightning.core.enums import ExplicitEnum, ParallelMode, enum_value
 from hf_lightning.core.outputs import BestRun
 from hf_lightning.integrations.ray_tune import (
     MissingBackendError,
+    SearchedTrainer,
     default_hp_space_ray,
     import_ray_tune,
     run_hp_search_ray,
@@ -25,6 +26,8 @@ from hf_lightning.integrations.ray_tune import (
 
 if TYPE_CHECKING:
     import optuna
+
+    from hf_lightning.integrations.ray_tune_workers import TrialTrainer
 
 __all__ = [
     "BestRun",
@@ -128,30 +131,37 @@ def resolve_backend(backend: str | HPSearchBackend | None) -> HPSearchBackend:
     )
 
 
-def _run_trial(trainer: Any, trial: Any) -> Any:
+class OptunaTrainer(SearchedTrainer, Protocol):
+    """The trainer an optuna search runs its trials on: a Ray trial's members, and the Lightning trainer each trial
+    drops with its model."""
+
+    lightning_trainer: Any  # lightning.pytorch.Trainer of the last trial, None between trials
+
+
+def _run_trial(trainer: TrialTrainer, trial: Any) -> Any:
     """Train one trial and return its objective (a final `evaluate()` when training never evaluated)."""
     trainer.objective = None
     trainer.train(resume_from_checkpoint=None, trial=trial)
-    if getattr(trainer, "objective", None) is None:
+    if trainer.objective is None:
         metrics = trainer.evaluate()
         trainer.objective = trainer.compute_objective(metrics)
     return trainer.objective
 
 
-def _release_trial_memory(trainer: Any) -> None:
+def _release_trial_memory(trainer: OptunaTrainer) -> None:
     """Drop the trial's model and Lightning trainer (the reference's `release_memory` + `accelerator.clear()`)."""
     trainer.model_wrapped, trainer.model = None, None
     trainer.lightning_trainer = None
     empty_device_cache(collect_garbage=True)
 
 
-def _check_distributed(trainer: Any) -> None:
+def _check_distributed(trainer: TrialTrainer) -> None:
     if trainer.args.parallel_mode != ParallelMode.DISTRIBUTED:
         raise RuntimeError("only support DDP optuna HPO for ParallelMode.DISTRIBUTED currently.")
 
 
 def run_hp_search_optuna(
-    trainer: Any, n_trials: int, direction: str | list[str], **kwargs: Any
+    trainer: OptunaTrainer, n_trials: int, direction: str | list[str], **kwargs: Any
 ) -> BestRun | list[BestRun] | None:
     """The reference's optuna runner. Under DDP, rank 0 samples and broadcasts each trial; the others return None."""
     optuna = import_optuna()

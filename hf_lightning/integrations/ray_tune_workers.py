@@ -28,6 +28,7 @@ class TrialTrainer(Protocol):
     args: Any  # TrainingArguments
     control: Any  # callbacks.state.TrainerControl: whether the reporting step saves
     objective: Any  # the last computed objective (a float, or a list for several directions); None before one
+    _ray_worker_trial_id: str | None  # the Tune trial a worker's copy runs for (`_train_on_worker`); None elsewhere
     compute_objective: Callable[[dict[str, float]], Any]  # set by hyperparameter_search
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None) -> Any: ...
@@ -58,8 +59,8 @@ def scaling_config_problem(scaling_config: Any, resources_per_trial: Any) -> str
 
 def worker_trial_id(trainer: TrialTrainer) -> str | None:
     """The Tune trial id a worker of a multi-worker trial runs for (Tune's context lives in the driver only); set
-    on the worker's copy of the trainer only (`_train_on_worker`), so absent elsewhere."""
-    return getattr(trainer, "_ray_worker_trial_id", None)
+    on the worker's copy of the trainer only (`_train_on_worker`); None elsewhere (the facade's class default)."""
+    return trainer._ray_worker_trial_id
 
 
 def trial_on_workers(trainer: TrialTrainer, scaling_config: Any, storage_path: str | None) -> Callable[[dict[str, Any]], None]:

@@ -69,7 +69,7 @@ class CheckpointMixin(MetricsIOMixin):
             import ray.tune
 
             # A worker of a multi-worker trial has no Tune context; its driver handed it the trial id.
-            run_id = getattr(self, "_ray_worker_trial_id", None) or ray.tune.get_context().get_trial_id()
+            run_id = self._ray_worker_trial_id or ray.tune.get_context().get_trial_id()
         elif backend == "wandb":
             import wandb
 

@@ -43,6 +43,10 @@ class HyperparameterSearchMixin:
     `evaluate()` and `_fire(event)`.
     """
 
+    # The Tune trial a Ray Train worker's copy of the trainer runs for (integrations/ray_tune_workers.py sets it on
+    # that copy; Tune's context lives in the trial's driver only). None everywhere else.
+    _ray_worker_trial_id: str | None = None
+
     def hyperparameter_search(
         self,
         hp_space: Callable[[optuna.Trial], dict[str, float]] | None = None,
