@@ -84,7 +84,7 @@ class EvaluationMixin:
 
             eval_dataloader = self.get_eval_dataloader(eval_dataset)
             start_time = time.time()
-            measured = _begin_pass(self, "evaluate", metric_key_prefix)
+            measured = _begin_pass(self._telemetry, "evaluate", metric_key_prefix)
             output = self.evaluation_loop(
                 eval_dataloader,
                 description="Evaluation",
@@ -117,7 +117,7 @@ class EvaluationMixin:
 
             test_dataloader = self.get_test_dataloader(test_dataset)
             start_time = time.time()
-            measured = _begin_pass(self, "predict", metric_key_prefix)
+            measured = _begin_pass(self._telemetry, "predict", metric_key_prefix)
             output = self.evaluation_loop(
                 test_dataloader,
                 description="Prediction",
@@ -291,7 +291,7 @@ class EvaluationMixin:
         )
 
 
-def _begin_pass(trainer: Any, kind: str, prefix: str) -> Any:
-    """The telemetry's measurement of this evaluate() / predict() call (its loop counts the batches), None when off."""
-    telemetry = getattr(trainer, "_telemetry", None)
+def _begin_pass(telemetry: Any, kind: str, prefix: str) -> Any:
+    """The telemetry's measurement of this evaluate() / predict() call (its loop counts the batches), None when off
+    (`telemetry`: the facade's `TelemetryMeter`, None when off)."""
     return None if telemetry is None else telemetry.begin_pass(kind, prefix)
