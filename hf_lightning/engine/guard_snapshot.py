@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hf_lightning.checkpoint.async_writes import copy_state
-from hf_lightning.checkpoint.staging import StagedCheckpoint, stage
+from hf_lightning.checkpoint.staging import StagedCheckpoint, StagingSource, stage
 from hf_lightning.strategies.distributed import barrier
 
 if TYPE_CHECKING:
@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 SNAPSHOT_FOLDER = ".run-guard-snapshot"
 
 
-class SnapshotSource(Protocol):
-    """The trainer as the `skip` snapshot sees it: the arguments, the plan, the strategy's file layout and the
-    checkpoint writer (and what checkpoint/staging.py's `stage` reads of it, which stages the run)."""
+class SnapshotSource(StagingSource, Protocol):
+    """The trainer as the `skip` snapshot sees it: what checkpoint/staging.py's `stage` reads of it (which stages
+    the run), the strategy's file layout and the checkpoint writer."""
 
     args: TrainingArguments
     plan: Plan
@@ -40,6 +40,8 @@ class SnapshotSource(Protocol):
 
     @property
     def _checkpoint_io(self) -> StrategyCheckpointIO: ...
+
+
 # A snapshot is renewed once the time since the last one is this many times what taking it cost, so snapshots take
 # at most 1% of the run's time; an event then makes again the updates since the snapshot, which can span several
 # decision windows (the weights and logs do not depend on which snapshot the run goes back to).

@@ -222,7 +222,6 @@ class HFLightningModule(pl.LightningModule):
         # every micro-batch of the window that holds it, until the next epoch starts).
         self.end_of_dataloader = False
 
-
     # ---- what a strategy built: the strategies hand it over here and write nothing on the facade --------------
     def adopt_wrapped_model(self, wrapped: torch.nn.Module, *, as_model: bool, fsdp: bool = False) -> None:
         """The wrapper a strategy built becomes the facade's `model_wrapped` (with `as_model` also this module's and
@@ -248,6 +247,7 @@ class HFLightningModule(pl.LightningModule):
         facade.model_wrapped = engine
         facade.deepspeed = engine
         facade.is_deepspeed_enabled = True
+
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _PLAIN_STEP_ATTRIBUTES:
             object.__setattr__(self, name, value)
