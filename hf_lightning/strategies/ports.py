@@ -2,8 +2,10 @@
 
 The checkpoint I/O (`checkpoint_io.py` and the classes beside each strategy) reads the run's model, optimizer and
 scheduler and calls three of the reference's override points; evaluation's replica count and the tensor-parallel
-checks read the process layout; DeepSpeed's engine set-up builds the trainer's own optimizer and schedule. The facade
-(`HFLightningTrainer`) satisfies all of them; nothing here imports it.
+checks read the process layout; DeepSpeed's engine set-up builds the trainer's own optimizer and schedule; the
+strategies that wrap or shard the user's model reach the trainer's parts through our LightningModule and hand what
+they built back to it (`HandOverModule`). The facade (`HFLightningTrainer`) satisfies the trainer ports and
+`engine/module.py`'s `HFLightningModule` the module port; nothing here imports either.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
     from hf_lightning.args.training_args import TrainingArguments
     from hf_lightning.translation.plan import Plan
 
-__all__ = ["CheckpointIOOwner", "ProcessLayout", "ScheduleBuilder"]
+__all__ = ["CheckpointIOOwner", "HandOverModule", "ProcessLayout", "ScheduleBuilder", "UserParts"]
 
 
 class ProcessLayout(Protocol):
@@ -51,3 +53,28 @@ class ScheduleBuilder(Protocol):
     lr_scheduler: Any
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any: ...
+
+
+class UserParts(ScheduleBuilder, Protocol):
+    """The trainer's parts a strategy wraps, shards or rebuilds: the arguments, the user's model, the optimizer and
+    scheduler passed in (refused where the strategy must build its own), the planned steps, and the reference's
+    `create_optimizer` / `create_scheduler` override points DeepSpeed's engine is built with."""
+
+    args: TrainingArguments
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None
+    state: Any  # callbacks.state.TrainerState: `max_steps`
+
+    def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer: ...
+
+
+class HandOverModule(Protocol):
+    """Our LightningModule as the wrapping strategies see it: the trainer's parts (`facade`), the module's own
+    model, and the hand-overs that put what a strategy built on the trainer (a strategy writes nothing on it)."""
+
+    facade: UserParts
+    model: nn.Module
+
+    def adopt_wrapped_model(self, wrapped: nn.Module, *, as_model: bool, fsdp: bool = False) -> None: ...
+    def adopt_optimizer_and_scheduler(self, optimizer: Any, scheduler: Any) -> None: ...
+    def adopt_engine(self, engine: Any) -> None: ...

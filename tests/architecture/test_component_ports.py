@@ -13,12 +13,24 @@ from hf_lightning import Trainer
 from hf_lightning.callbacks.state import TrialReferences
 from hf_lightning.checkpoint.checkpointer import SaveHooks
 from hf_lightning.checkpoint.staging import StagingSource
+from hf_lightning.engine.module import HFLightningModule
 from hf_lightning.evaluation.loop import EvaluationHooks
+from hf_lightning.integrations.hp_search import OptunaTrainer
 from hf_lightning.integrations.ray_tune import SearchedTrainer
 from hf_lightning.integrations.ray_tune_workers import TrialTrainer
+from hf_lightning.strategies.ports import (
+    CheckpointIOOwner,
+    HandOverModule,
+    ProcessLayout,
+    ScheduleBuilder,
+    UserParts,
+)
 from tests.architecture.test_ports import _assigned_attribute_names
 
-PORTS = [StagingSource, SaveHooks, EvaluationHooks, TrialReferences, TrialTrainer, SearchedTrainer]
+PORTS = [
+    StagingSource, SaveHooks, EvaluationHooks, TrialReferences, TrialTrainer, SearchedTrainer, OptunaTrainer,
+    CheckpointIOOwner, ProcessLayout, ScheduleBuilder, UserParts,
+]
 
 
 def _members(port: type) -> tuple[dict[str, object], set[str]]:
@@ -57,3 +69,13 @@ def test_every_port_attribute_is_set_by_the_facade(port):
     assigned = _assigned_attribute_names()
     missing = [name for name in sorted(attributes) if not hasattr(Trainer, name) and name not in assigned]
     assert attributes and missing == [], f"{port.__name__}: never set on the trainer: {missing}"
+
+
+def test_the_module_port_of_the_wrapping_strategies_describes_our_lightning_module():
+    methods, attributes = _members(HandOverModule)
+    for name, member in methods.items():
+        ours = inspect.getattr_static(HFLightningModule, name, None)
+        assert ours is not None, f"HandOverModule.{name}: HFLightningModule has no such member"
+        assert list(inspect.signature(ours).parameters) == list(inspect.signature(member).parameters)
+    assigned = _assigned_attribute_names()
+    assert attributes == {"facade", "model"} and attributes <= assigned

@@ -23,9 +23,9 @@ from hf_lightning.engine.module import ModuleRun, StepHooks
 from hf_lightning.engine.run_guard import GuardedTrainer
 from hf_lightning.engine.signals import SignalOwner
 from hf_lightning.engine.telemetry.meter import MeteredTrainer
-from hf_lightning.trainer.trainer import HFLightningTrainer
 from hf_lightning.engine.training_banner import BannerSource
 from hf_lightning.engine.training_run import RunFacade, TrainingRun
+from hf_lightning.trainer.trainer import HFLightningTrainer
 
 ROOT = Path(__file__).resolve().parents[2] / "hf_lightning"
 

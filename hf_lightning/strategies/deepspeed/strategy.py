@@ -54,7 +54,7 @@ from hf_lightning.strategies.process_group_options import process_group_kwargs
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-    from hf_lightning.strategies.ports import CheckpointIOOwner, ScheduleBuilder
+    from hf_lightning.strategies.ports import CheckpointIOOwner, HandOverModule, ScheduleBuilder
     from hf_lightning.translation.plan import Plan
 
 logger = logging.getLogger(__name__)
@@ -262,7 +262,7 @@ class HFDeepSpeedStrategy(DeepSpeedStrategy):
             self.finalize_config(facade.args, facade.model, facade.state.max_steps)
         super().setup(trainer)
 
-    def _initialize_deepspeed_train(self, module: Any) -> None:  # type: ignore[override]
+    def _initialize_deepspeed_train(self, module: HandOverModule) -> None:  # type: ignore[override]
         """The reference's `deepspeed_init` + `accelerator.prepare`: optimizer and scheduler choice, then the engine."""
         import deepspeed
 

@@ -53,6 +53,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from hf_lightning.strategies.ports import HandOverModule
     from hf_lightning.translation.plan import Plan
 
 __all__ = [
@@ -180,7 +181,7 @@ def _refuse_user_optimizer(optimizer: Any, lr_scheduler: Any) -> None:
         )
 
 
-def _hand_to_facade(module: Any, wrapped: nn.Module) -> None:
+def _hand_to_facade(module: HandOverModule, wrapped: nn.Module) -> None:
     """The wrapped model becomes the module's and the facade's `model` / `model_wrapped` (the reference's FSDP rule),
     handed to the LightningModule, which sets the facade's state."""
     module.adopt_wrapped_model(wrapped, as_model=True, fsdp=True)

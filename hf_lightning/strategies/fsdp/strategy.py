@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.pytorch.plugins.precision import FSDPPrecision
@@ -25,6 +25,9 @@ from hf_lightning.strategies.fsdp.policies import (
 )
 from hf_lightning.strategies.process_group_options import process_group_kwargs
 from hf_lightning.strategies.uneven_nodes import launched_world_size
+
+if TYPE_CHECKING:
+    from hf_lightning.strategies.ports import HandOverModule
 
 
 @functools.cache
@@ -193,7 +196,7 @@ class HFFSDP2Strategy(ModelParallelStrategy):
         # fully_shard placed every parameter (on the CPU with cpu_offload); a blanket `.to()` would undo that.
         pass
 
-    def shard_user_model(self, module: Any) -> None:
+    def shard_user_model(self, module: HandOverModule) -> None:
         """Apply activation checkpointing, then `fully_shard` per selected layer, extra units and the root."""
         from torch.distributed.fsdp import FSDPModule, fully_shard
 

@@ -4,7 +4,7 @@ that splits the user's transformers model with the model's own tensor-parallel p
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
@@ -18,6 +18,9 @@ from hf_lightning.strategies.tensor_parallel.plans import (
 )
 from hf_lightning.strategies.tensor_parallel.shards import is_tp_sharded
 
+if TYPE_CHECKING:
+    from hf_lightning.strategies.ports import HandOverModule
+
 __all__ = ["HFTensorParallelStrategy", "build_tp_strategy"]
 
 
@@ -29,7 +32,7 @@ class HFTensorParallelStrategy(ModelParallelStrategy):
         super().__init__(data_parallel_size=1, tensor_parallel_size=tensor_parallel_size, **kwargs)
         self.tp_size = tensor_parallel_size
 
-    def shard_user_model(self, module: Any) -> None:
+    def shard_user_model(self, module: HandOverModule) -> None:
         """Apply the model's plan on the `tensor_parallel` mesh (rank 0's weights on every rank first)."""
         facade = module.facade
         model = facade.model
