@@ -205,7 +205,7 @@ class Checkpointer:
             if failure is not None:
                 raise failure from error
             raise
-        with blocked_by(trainer, "hub"):  # what of a Hub push runs before training goes on (integrations/hub.py)
+        with blocked_by(trainer, "hub"):  # what of a Hub push runs before training goes on (trainer/hub_methods.py)
             trainer._push_checkpoint(final_dir)
         if should_save:
             self.rotate_after_save(staged, run_dir, final_dir, token)

@@ -367,7 +367,7 @@ class TrainingRun:
         self.checkpointing.rotate_at_train_end(trainer._trial)
         trainer._fire("on_train_end")
         with blocked_by(trainer, "hub"):
-            trainer._finish_current_push()  # the background Hub pushes of this run (integrations/hub.py)
+            trainer._finish_current_push()  # the background Hub pushes of this run (trainer/hub_methods.py)
         if trainer._telemetry is not None:  # the run's summary: printed (run_performance.json when asked)
             trainer._telemetry.finish_training()
         return TrainOutput(trainer.state.global_step, train_loss, metrics)
