@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="commit-pair-") as scratch_root:
         scratch = Path(scratch_root)
-        trees = {"before": export(options.before, scratch / "before"), "after": export(options.after, scratch / "after")}
+        trees = {name: export(revision, scratch / name) for name, revision in
+                 (("before", options.before), ("after", options.after))}
         result = compare(trees, options.repeats, scratch)
     result.update(before=options.before, after=options.after, repeats=options.repeats)
     for figure, ratio in result["after_over_before"].items():
