@@ -552,6 +552,8 @@ def _read_wandb_records(path):
         if kind == 0:  # zero padding up to the block's end
             position += left
             continue
+        if position + 7 + length > len(data):  # a record wandb-core is still writing: read it next time
+            break
         payload = data[position + 7 : position + 7 + length]
         position += 7 + length
         pending = payload if kind in (1, 2) else pending + payload
@@ -565,10 +567,16 @@ def _read_wandb_records(path):
 
 def _finished_records(path, timeout=60.0):
     """The records once wandb-core has written the run's `exit` record: `wandb.finish()` can return
-    before the core service has flushed the file (seen under load with wandb 0.31)."""
+    before the core service has flushed the file (seen under load with wandb 0.31). A read that meets a
+    record still being written (its bytes not all on disk yet) is tried again."""
+    from google.protobuf.message import DecodeError
+
     deadline = time.monotonic() + timeout
     while True:
-        records = _read_wandb_records(path)
+        try:
+            records = _read_wandb_records(path)
+        except DecodeError:
+            records = []
         if any(record.WhichOneof("record_type") == "exit" for record in records):
             return records
         assert time.monotonic() < deadline, f"{path} has no exit record after {timeout} s"
