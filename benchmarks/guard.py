@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks.bytecode import compile_tree  # noqa: E402
 from benchmarks.report import paired_ratio, step_count_problems  # noqa: E402
 from benchmarks.run import run_group  # noqa: E402
 
@@ -40,6 +41,7 @@ GUARDED = (
 
 def run_guard(repeats: int, scratch: str) -> list[dict]:
     """`repeats` interleaved rounds of every runner on the tiny workload, one process at a time."""
+    compile_tree(REPO)  # every timed process reads the bytecode, as from an installed copy
     results = []
     for repeat in range(repeats):
         for runner in RUNNERS:

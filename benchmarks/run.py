@@ -31,6 +31,7 @@ if str(REPO) not in sys.path:  # `python benchmarks/run.py` puts benchmarks/, no
     sys.path.insert(0, str(REPO))
 
 from benchmarks import report as reporting  # noqa: E402
+from benchmarks.bytecode import compile_tree  # noqa: E402
 from benchmarks.import_time import STATEMENTS as IMPORT_STATEMENTS  # noqa: E402
 from benchmarks.import_time import measure_imports  # noqa: E402
 from benchmarks.timing import SPAWN_ENV  # noqa: E402
@@ -174,6 +175,7 @@ def run_suite(options: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--runners: {sorted(set(only) - known)} run none of {workloads}; choose from {sorted(known)}")
     jobs = plan_jobs(workloads, scale, options.repeats, only)
     groups = group_jobs(jobs, smoke=options.smoke)
+    compile_tree(REPO)  # every timed process reads the bytecode, as from an installed copy
     scratch_root = REPO / "benchmarks" / ".scratch"
     scratch_root.mkdir(exist_ok=True)
     scratch = tempfile.mkdtemp(dir=scratch_root)  # on disk, not tmpfs: fsync costs what it costs
