@@ -21,6 +21,7 @@ import hf_lightning.engine.schedule as schedule
 from hf_lightning.checkpoint.fault_points import faults_armed, reach
 from hf_lightning.core.autocast import planned_autocast_dtype
 from hf_lightning.engine.guard_path import discard_skipped_windows
+from hf_lightning.engine.held_gradients import HeldGradients
 from hf_lightning.engine.input_checks import empty_epoch_error
 from hf_lightning.engine.loss import ItemCountSource, UnusedItemCountProbe
 from hf_lightning.engine.precision import forward_autocast
@@ -52,6 +53,7 @@ class StepHooks(ItemCountSource, GuardedTrainer, Protocol):
     deepspeed: Any  # the DeepSpeed engine once built, None before (the hand-overs also set the strategy's flags)
     current_gradient_accumulation_steps: int
     current_flos: float
+    reuse_gradient_memory: bool  # hold freed gradients for the next backward on CPU (engine/held_gradients.py)
     _telemetry: TelemetryMeter | None
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer: ...
@@ -144,7 +146,7 @@ class _FitView:
 
     __slots__ = (
         "strategy", "root_device", "scaler", "plain_forward", "faults_armed", "optimizer",
-        "counter", "data_clock", "optimizer_clock", "batch_iterator", "guard",
+        "counter", "data_clock", "optimizer_clock", "batch_iterator", "guard", "held_gradients",
     )
 
     def __init__(self, module: HFLightningModule) -> None:
@@ -174,6 +176,11 @@ class _FitView:
         self.faults_armed = faults_armed()  # the fault-injection tests' step points (checkpoint/fault_points.py)
         run = module._run
         self.guard = None if run is None else run.guard  # the run guard, None when off (engine/run_guard.py)
+        # The freed gradients kept for the next backward on CPU, None where that wins nothing (engine/held_gradients.py).
+        facade = module.facade
+        self.held_gradients = HeldGradients.for_fit(
+            facade.model_wrapped, self.root_device, self.strategy, facade.reuse_gradient_memory
+        )
 
 
 _BATCH_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
@@ -443,6 +450,9 @@ class HFLightningModule(pl.LightningModule):
             step_was_skipped = True
         if not step_was_skipped and not facade._scheduler_waits_for_metrics():
             facade.lr_scheduler.step()
+        held = fit.held_gradients
+        if held is not None:
+            held.hold()
         facade.model_wrapped.zero_grad()
         facade.state.global_step += 1
         guard = fit.guard
@@ -452,6 +462,8 @@ class HFLightningModule(pl.LightningModule):
         epoch = self.current_epoch  # Lightning's epoch counter moves only between epochs
         facade.state.epoch = schedule.epoch_float(epoch, micro_batch_index, run.values.steps_in_epoch)
         facade._fire("on_step_end")
+        if held is not None and (facade.control.should_evaluate or facade.control.should_save):
+            held.release()  # an evaluation or a save does not run beside a set of gradients the reference freed
         run.last_grad_norm, run.last_learning_rate = grad_norm, learning_rate
         facade._maybe_log_save_evaluate(grad_norm, epoch, learning_rate=learning_rate)
 
@@ -463,7 +475,16 @@ class HFLightningModule(pl.LightningModule):
     def backward_loss(self, loss: torch.Tensor) -> None:
         """Backward through Lightning, so precision plugins, strategies and hooks see it (direct when those
         would do nothing: hf_lightning/engine/update_dispatch.py)."""
+        fit = self._fit
+        if fit is not None and fit.held_gradients is not None:
+            fit.held_gradients.release()  # this backward reuses their memory (engine/held_gradients.py)
         self._update_dispatch.backward(self, loss)
+
+    def release_held_gradients(self) -> None:
+        """Training is over (or failed): the previous update's gradients are not kept beyond it."""
+        fit = self._fit
+        if fit is not None and fit.held_gradients is not None:
+            fit.held_gradients.release()
 
 
 _BASE_FORWARD_CONTEXT = HFLightningModule._forward_precision_context

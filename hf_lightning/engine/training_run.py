@@ -338,6 +338,7 @@ class TrainingRun:
             failed = False
         finally:
             self.fitting = False
+            module.release_held_gradients()
             # A background checkpoint write is committed (or its failure raised) before train() goes on.
             with blocked_by(trainer, "checkpoint"):
                 self.checkpointing.wait_for_pending_write(raise_failure=not failed)

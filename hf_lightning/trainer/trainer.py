@@ -112,6 +112,9 @@ class HFLightningTrainer(
 
     # None: decide per step as the reference does (R4.5); a subclass sets True/False for its own loss.
     loss_is_scaled_for_ga: bool | None = None
+    # On CPU, keep the gradients an update frees for the next backward to reuse (engine/held_gradients.py): faster
+    # steps for up to one set of gradients of extra peak memory; a subclass sets False to free them as the reference.
+    reuse_gradient_memory: bool = True
     # With persistent workers, the eval DataLoaders built so far (replaced, never mutated), as the reference's.
     _eval_dataloaders: dict[str, Any] = {}  # noqa: RUF012
     # The translation of `args` (translation/plan.py), set by the constructor once the model is built.
