@@ -337,6 +337,7 @@ class HFLightningModule(pl.LightningModule):
             reach(f"step:{self._facade.state.global_step}")
 
     def on_train_epoch_end(self) -> None:
+        self.release_held_gradients()  # the epoch's end may evaluate and save (engine/held_gradients.py)
         self.facade._on_epoch_end(self.current_epoch, self._micro_batch_index)
         if self.facade.control.should_training_stop:
             self.trainer.should_stop = True

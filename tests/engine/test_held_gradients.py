@@ -119,10 +119,16 @@ def test_holding_or_not_gives_the_same_run_bit_for_bit(tmp_path):
         assert torch.equal(ours, theirs)
 
 
-def test_every_grad_reads_none_after_an_update_and_nothing_is_held_at_evaluation_save_or_the_end(tmp_path):
-    trainer, watcher = _train(
-        tmp_path, WideRegressor(), eval_strategy="steps", eval_steps=3, save_strategy="steps", save_steps=4
-    )
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        {"eval_strategy": "steps", "eval_steps": 3, "save_strategy": "steps", "save_steps": 4},
+        {"eval_strategy": "epoch", "save_strategy": "epoch"},
+    ],
+    ids=["steps", "epoch"],
+)
+def test_every_grad_reads_none_after_an_update_and_nothing_is_held_at_evaluation_save_or_the_end(tmp_path, schedule):
+    trainer, watcher = _train(tmp_path, WideRegressor(), **schedule)
 
     assert trainer.state.global_step == 8
     assert watcher.grads_none_at_step_end == [True] * 8  # as after the reference's zero_grad
