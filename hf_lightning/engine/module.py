@@ -176,10 +176,14 @@ class _FitView:
         self.faults_armed = faults_armed()  # the fault-injection tests' step points (checkpoint/fault_points.py)
         run = module._run
         self.guard = None if run is None else run.guard  # the run guard, None when off (engine/run_guard.py)
-        # The freed gradients kept for the next backward on CPU, None where that wins nothing (engine/held_gradients.py).
+        # The freed gradients kept for the next backward on CPU, None where that wins nothing (engine/held_gradients.py);
+        # off under auto_find_batch_size, whose CPU out-of-memory retries must meet the reference's peak memory.
         facade = module.facade
         self.held_gradients = HeldGradients.for_fit(
-            facade.model_wrapped, self.root_device, self.strategy, facade.reuse_gradient_memory
+            facade.model_wrapped,
+            self.root_device,
+            self.strategy,
+            facade.reuse_gradient_memory and not facade.args.auto_find_batch_size,
         )
 
 
@@ -463,8 +467,6 @@ class HFLightningModule(pl.LightningModule):
         epoch = self.current_epoch  # Lightning's epoch counter moves only between epochs
         facade.state.epoch = schedule.epoch_float(epoch, micro_batch_index, run.values.steps_in_epoch)
         facade._fire("on_step_end")
-        if held is not None and (facade.control.should_evaluate or facade.control.should_save):
-            held.release()  # an evaluation or a save does not run beside a set of gradients the reference freed
         run.last_grad_norm, run.last_learning_rate = grad_norm, learning_rate
         facade._maybe_log_save_evaluate(grad_norm, epoch, learning_rate=learning_rate)
 
@@ -482,7 +484,8 @@ class HFLightningModule(pl.LightningModule):
         self._update_dispatch.backward(self, loss)
 
     def release_held_gradients(self) -> None:
-        """Training is over (or failed): the previous update's gradients are not kept beyond it."""
+        """The previous update's gradients go now: before an evaluation, a save, a run guard's decision, at an epoch's
+        end and when training is over (or failed)."""
         fit = self._fit
         if fit is not None and fit.held_gradients is not None:
             fit.held_gradients.release()

@@ -338,7 +338,7 @@ class TrainingRun:
             failed = False
         finally:
             self.fitting = False
-            module.release_held_gradients()
+            self.release_held_gradients()
             # A background checkpoint write is committed (or its failure raised) before train() goes on.
             with blocked_by(trainer, "checkpoint"):
                 self.checkpointing.wait_for_pending_write(raise_failure=not failed)
@@ -346,6 +346,12 @@ class TrainingRun:
             return None  # not finalised: the run continues from an earlier checkpoint
         self.signals.end_if_requeued()  # SLURM's requeue signal: the checkpoint is complete, the job requeued
         return self._finalize()
+
+    def release_held_gradients(self) -> None:
+        """Let the previous update's held gradients go (engine/held_gradients.py) before work that should not run
+        beside them: an evaluation, a save, a run guard's decision, the end of the fit."""
+        if self.module is not None:
+            self.module.release_held_gradients()
 
     def _finalize(self) -> TrainOutput:
         """The reference's end of training: `train_loss`, speed and memory metrics, best model, `on_train_end`."""

@@ -66,6 +66,8 @@ class EvaluationMixin:
         merged. The result holds `epoch` because `log()` adds it to the same dict.
         """
         self._read_changed_arguments()  # what a script set on `args` since the plan was made is read
+        if self._training_run is not None:  # during train(): not beside the held gradients (engine/held_gradients.py)
+            self._training_run.release_held_gradients()
         override = eval_dataset is not None
         eval_dataset = eval_dataset if override else self.eval_dataset
         if isinstance(eval_dataset, dict):

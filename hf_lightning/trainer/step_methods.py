@@ -263,6 +263,7 @@ class TrainingStepMixin:
         guard = run.guard
         decided = guard is not None and guard.due(logs_now, self.state, self.args)
         if decided:  # the run guard decides here (engine/run_guard.py)
+            run.release_held_gradients()  # its snapshot copies the state: not beside the held gradients
             guard.decide(self, run)
             if run.rollback_to is not None:
                 return
@@ -273,6 +274,7 @@ class TrainingStepMixin:
                 self.control.should_save = is_new_best_metric
         run.checkpointing.announce_committed_save()  # a background write committed since: its on_save
         if self.control.should_save or run.signals.checkpoint_pending():
+            run.release_held_gradients()
             run.checkpointing.save_at_step_boundary(run.trial)  # a SIGTERM checkpoint (enable_jit_checkpoint) whatever the save rule said
         if decided:  # `skip` keeps the state of a boundary whose updates were all accepted
             guard.after_decision(self, run)

@@ -57,7 +57,11 @@ class GradientWatcher(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         if state.global_step > 0:
-            self.holding_at_step_begin.append(self._holding())
+            held = _held(self.trainer)
+            # Holding means the previous update's gradient tensors, not a list of the Nones zero_grad() left.
+            self.holding_at_step_begin.append(
+                held is not None and held.holding and all(grad is not None for grad in held._held)
+            )
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         self.grads_none_at_step_end.append(all(parameter.grad is None for parameter in model.parameters()))
@@ -182,20 +186,87 @@ def test_the_next_backward_releases_them(tmp_path):
     assert trainer.state.global_step == 4
 
 
+def test_a_failed_fit_holds_nothing_afterwards(tmp_path):
+    class FailsAtStepTwo(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 2:
+                raise RuntimeError("stop here")
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4, max_steps=4, report_to="none",
+        disable_tqdm=True, save_strategy="no",
+    )
+    trainer = HFLightningTrainer(
+        model=WideRegressor(), args=args, train_dataset=regression_data(16), callbacks=[FailsAtStepTwo()]
+    )
+    with pytest.raises(RuntimeError, match="stop here"):
+        trainer.train()
+
+    held = trainer.lightning_trainer.lightning_module._fit.held_gradients
+    assert held is not None and not held.holding  # the fit's `finally` let the step-2 gradients go
+
+
+def test_gradient_accumulation_with_held_gradients_is_the_reference_run(tmp_path):
+    result = run_parity(
+        WideRegressor(), regression_data(16), tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+        num_train_epochs=2, logging_steps=1, seed=5,
+    )
+    assert _held(result.ours.trainer) is not None
+    assert_parity(result)
+
+
+def test_an_accelerator_backward_with_arguments_releases_them(tmp_path):
+    class RetainingTrainer(HFLightningTrainer):
+        """A subclass's training step as TRL writes some: `accelerator.backward(loss, **kwargs)`."""
+
+        held_at_backward: list[bool] = []
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            model.train()
+            loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+            self.accelerator.backward(loss, retain_graph=True)
+            self.held_at_backward.append(_held(self).holding)
+            return loss.detach()
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4, max_steps=3, report_to="none",
+        disable_tqdm=True, save_strategy="no",
+    )
+    trainer = RetainingTrainer(model=WideRegressor(), args=args, train_dataset=regression_data(16))
+    trainer.train()
+
+    assert trainer.held_at_backward == [False, False, False]
+
+
+def test_auto_find_batch_size_holds_nothing(tmp_path):
+    trainer, _ = _train(tmp_path, WideRegressor(), auto_find_batch_size=True)
+    assert _held(trainer) is None
+
+
 @pytest.mark.parametrize(
     ("model", "device", "plain", "enabled"),
     [
         ("small", "cpu", True, True),  # below the floor: malloc's bins reuse the memory already
         ("wide", "cuda", True, True),  # CUDA's caching allocator reuses its blocks
-        ("wide", "cpu", False, True),  # DDP / FSDP / a precision plugin: not the plain one-device update
+        ("wide", "cpu", False, True),  # DDP / FSDP: not the plain one-device update
+        ("wide", "cpu", "bf16", True),  # a precision plugin around the update
         ("wide", "cpu", True, False),  # `reuse_gradient_memory = False`
+        ("frozen", "cpu", True, True),  # a large frozen model with a small trainable part (an adapter)
     ],
 )
 def test_no_holding_where_it_wins_nothing_or_is_switched_off(model, device, plain, enabled):
     from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 
     built = make_regression_mlp() if model == "small" else WideRegressor()
-    strategy = SingleDeviceStrategy(device="cpu") if plain else DDPStrategy()
+    if model == "frozen":
+        for parameter in built.net[2].parameters():  # the 600 x 600 layer: the rest is under the floor
+            parameter.requires_grad_(False)
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    if plain == "bf16":
+        strategy = SingleDeviceStrategy(device="cpu", precision_plugin=MixedPrecision("bf16-mixed", "cpu"))
+    else:
+        strategy = SingleDeviceStrategy(device="cpu") if plain else DDPStrategy()
 
     assert HeldGradients.for_fit(built, torch.device(device), strategy, enabled) is None
     assert HeldGradients.for_fit(WideRegressor(), torch.device("cpu"), SingleDeviceStrategy("cpu"), True) is not None

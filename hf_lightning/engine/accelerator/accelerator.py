@@ -406,6 +406,7 @@ class LightningAccelerator(ProcessControlMixin):
         if module is None or module._trainer is None:
             loss.backward(**kwargs)
         elif kwargs:
+            module.release_held_gradients()  # this backward reuses their memory (engine/held_gradients.py)
             module.manual_backward(loss, **kwargs)
         else:
             module.backward_loss(loss)
