@@ -68,6 +68,7 @@ class StandInTrainer(EvaluationMixin):
         self.callback_handler = CallbackHandler([DefaultFlowCallback, *callbacks], model, None, None, None)
         self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
         self._telemetry = None  # the telemetry is off (core/blocked_time.py reads it)
+        self._training_run = None  # no train() running (the facade's outside train())
         if getattr(model, "config", None) is not None:
             model.config.use_cache = args.use_cache
 
@@ -916,6 +917,7 @@ class Facade(EvaluationMixin):
         self._telemetry = None  # the facade's when the telemetry is switched off
         self._memory_tracker = TrainerMemoryTracker(skip_memory_metrics=True)
         self._telemetry = None
+        self._training_run = None  # no train() running
 
     def get_test_dataloader(self, dataset):
         return torch.utils.data.DataLoader(dataset, batch_size=self.args.eval_batch_size)
