@@ -478,9 +478,7 @@ class HFLightningModule(pl.LightningModule):
     def backward_loss(self, loss: torch.Tensor) -> None:
         """Backward through Lightning, so precision plugins, strategies and hooks see it (direct when those
         would do nothing: hf_lightning/engine/update_dispatch.py)."""
-        fit = self._fit
-        if fit is not None and fit.held_gradients is not None:
-            fit.held_gradients.release()  # this backward reuses their memory (engine/held_gradients.py)
+        self.release_held_gradients()  # this backward reuses their memory (engine/held_gradients.py)
         self._update_dispatch.backward(self, loss)
 
     def release_held_gradients(self) -> None:
