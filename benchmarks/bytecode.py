@@ -14,8 +14,10 @@ from pathlib import Path
 
 def compile_tree(root: Path, packages: tuple[str, ...] = ("hf_lightning", "benchmarks")) -> bool:
     """Write up-to-date bytecode for `packages` under `root`; True when every file compiled."""
-    return all(
+    # Every package is compiled, even after one that failed (a generator inside all() would stop there).
+    compiled = [
         compileall.compile_dir(str(root / package), quiet=1)
         for package in packages
         if (root / package).is_dir()
-    )
+    ]
+    return all(compiled)

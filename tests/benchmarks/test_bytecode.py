@@ -21,9 +21,13 @@ def test_compile_tree_writes_bytecode_that_a_fresh_import_reads(tmp_path, monkey
     assert cached.endswith(".pyc") and os.path.exists(cached)
 
 
-def test_compile_tree_reports_a_file_that_does_not_compile(tmp_path):
-    package = tmp_path / "benchmarks"
-    package.mkdir()
-    (package / "broken.py").write_text("def (:\n")
+def test_compile_tree_reports_a_file_that_does_not_compile_and_still_compiles_the_other_package(tmp_path):
+    broken = tmp_path / "hf_lightning"
+    broken.mkdir()
+    (broken / "broken.py").write_text("def (:\n")
+    other = tmp_path / "benchmarks"
+    other.mkdir()
+    (other / "fine.py").write_text("VALUE = 1\n")
 
     assert not compile_tree(tmp_path)
+    assert os.path.exists(importlib.util.cache_from_source(str(other / "fine.py")))
