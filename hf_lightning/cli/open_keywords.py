@@ -120,14 +120,17 @@ def route_argv(
             continue
         if option.startswith("--") and value is not None:
             path = option[2:]
-            option = _routed_option(path, classes, keywords_of)
+            long_path = _long_form(path, classes)
+            option = _routed_option(long_path, classes, keywords_of)
+            if option == f"--{long_path}":
+                option = f"--{path}"  # not moved: jsonargparse reads it, and names it, as the user wrote it
             if warn is not None and ".dict_kwargs." in option and ".dict_kwargs." not in path:
-                prefix, _, key = path.rpartition(INIT_ARGS)
+                prefix, _, key = long_path.rpartition(INIT_ARGS)
                 message = unknown_key_warning(classes[prefix], key)
                 if message is not None:
                     warn(message)
             if isinstance(value, str) and not value.startswith("-"):
-                _record_value(path, value, classes)
+                _record_value(long_path, value, classes)
         routed.append(f"{option}={inline}" if has_inline else option)
         index += 1
     for class_path in classes.values():
@@ -135,6 +138,21 @@ def route_argv(
             class_path
         )  # raises MissingPackageError for a class of an optional package not installed
     return routed
+
+
+def _long_form(path: str, classes: Mapping[str, str]) -> str:
+    """The `init_args` form of an option path in jsonargparse's short form, as far as the specs on the way are known.
+
+    jsonargparse reads `--model.config.num_labels` as `--model.init_args.config.init_args.num_labels`: inside a
+    class spec, a key is one of its `init_args`. A path already in the long form, or one through no known spec,
+    comes back as it is.
+    """
+    parts = path.split(".")
+    long_path = parts[0]
+    for part in parts[1:]:
+        inside_spec = long_path in classes and part not in ("init_args", "class_path", "dict_kwargs", "help")
+        long_path = f"{long_path}.init_args.{part}" if inside_spec else f"{long_path}.{part}"
+    return long_path
 
 
 def _routed_option(

@@ -154,3 +154,37 @@ def test_only_keywords_missing_from_the_signature_move_to_dict_kwargs():
         "--model.init_args.config.init_args.hidden_size",
         "8",
     ]
+
+
+def test_the_short_option_form_routes_open_keywords_as_the_long_form_does():
+    """jsonargparse's short form (`--model.config.num_labels`) names the same keyword as the `init_args` form."""
+    keywords = {"pkg.Config": {"hidden_size"}}
+    argv = [
+        "fit",
+        "--model",
+        "pkg.Model",
+        "--model.config",
+        "pkg.Config",
+        "--model.config.num_labels=2",
+        "--model.config.hidden_size",
+        "8",
+    ]
+    assert route_argv(argv, keywords.get) == [
+        "fit",
+        "--model",
+        "pkg.Model",
+        "--model.config",
+        "pkg.Config",
+        "--model.init_args.config.dict_kwargs.num_labels=2",
+        "--model.config.hidden_size",
+        "8",
+    ]
+
+
+def test_pretrained_config_keywords_in_the_short_option_form(tmp_path):
+    config = bert_config(tmp_path / "out")
+    del config["model"]["init_args"]["config"]["init_args"]["id2label"]
+    argv = ["validate", "--config", write(tmp_path, config), "--model.config.num_labels", "3"]
+    resolved = resolve(*parse(argv))
+    assert resolved.model.config.num_labels == 3
+    assert resolved.model.classifier.out_features == 3
