@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -376,10 +377,13 @@ def _read_arguments_file(path: Path) -> Any:
     try:
         content = safe_torch_load(str(path))
     except ValueError as error:
+        if not isinstance(error.__cause__, pickle.UnpicklingError):  # not a pickle torch can read: a damaged file
+            raise ValueError(f"it is not a training_args.bin that can be read ({error})") from None
+        # safe_torch_load's own advice (re-create or remove the file) does not fit: the file is the run's record.
         raise ValueError(
-            f"it is not a training_args.bin of ours ({error}); one written by transformers.Trainer is a pickled "
-            "TrainingArguments object, which is not unpickled here since that can run code: write its fields with "
-            "args.to_json_string() and explain that file"
+            "it holds pickled Python objects, not a training_args.bin of ours; one written by transformers.Trainer "
+            "is a pickled TrainingArguments object, which is not unpickled here since that can run code: write its "
+            "fields with args.to_json_string() and explain that file"
         ) from None
     if not isinstance(content, dict):
         return content

@@ -87,6 +87,15 @@ def test_the_references_pickled_training_args_bin_is_refused_without_unpickling(
     assert main(["explain", str(path)]) == 2
     error = capsys.readouterr().err
     assert "pickled TrainingArguments" in error and "to_json_string" in error and "UnicodeDecodeError" not in error
+    assert "remove it" not in error  # the file is the run's record: the advice is to export its fields, not delete it
+
+
+def test_a_damaged_training_args_bin_is_named_as_unreadable(tmp_path, capsys):
+    path = tmp_path / "training_args.bin"
+    path.write_bytes(b"PK\x03\x04 not a zip archive")
+    assert main(["explain", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert "training_args.bin that can be read" in error and "damaged" in error and "pickled" not in error
 
 
 def test_a_misspelt_field_gets_no_hint_about_another_machine(tmp_path, capsys):
