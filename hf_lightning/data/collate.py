@@ -189,12 +189,32 @@ def pick_default_collator(processing_class: Any = None) -> Callable[[list[Any]],
     return default_data_collator
 
 
+_TRANSFORMERS_COLLATORS = "transformers.data.data_collator"
+
+# The default collators, ours and transformers' (named, not imported): an example's `label` / `label_ids` batched as
+# given, its text values dropped (default_data_collator) or refused by the tokenizer's `pad` (DataCollatorWithPadding).
+_DEFAULT_TRANSFORMERS_COLLATORS = frozenset({"default_data_collator", "DefaultDataCollator", "DataCollatorWithPadding"})
+
+
+def collates_as_a_default(collate_fn: Any) -> bool:
+    """Whether `collate_fn` is one of the default collators, the trainer's pick or passed as `data_collator=`:
+    then what the first example shows (raw text, text labels, no labels) fails in it as in the trainer's default, and
+    is named before training. A user's own collator may map text or add labels, so it is not judged."""
+    if collate_fn is default_data_collator or type(collate_fn) is DataCollatorWithPadding:
+        return True
+    if type(collate_fn).__module__ == _TRANSFORMERS_COLLATORS:  # an instance of one of its collator classes
+        return type(collate_fn).__name__ in _DEFAULT_TRANSFORMERS_COLLATORS
+    return (
+        getattr(collate_fn, "__module__", None) == _TRANSFORMERS_COLLATORS
+        and getattr(collate_fn, "__name__", None) in _DEFAULT_TRANSFORMERS_COLLATORS
+    )
+
+
 # Collators that only read their examples (no random numbers drawn, no state kept): skipping their calls leaves
 # every later batch and the RNG streams as they would be. transformers' are named, not imported (optional there).
 _READ_ONLY_TRANSFORMERS_COLLATORS = frozenset(
     {"default_data_collator", "DataCollatorWithPadding", "DataCollatorForTokenClassification", "DataCollatorForSeq2Seq"}
 )
-_TRANSFORMERS_COLLATORS = "transformers.data.data_collator"
 
 
 def collates_without_side_effects(collate_fn: Any) -> bool:

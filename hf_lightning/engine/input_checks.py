@@ -98,11 +98,15 @@ def _first_example(dataset: Any) -> Any:
         np.random.set_state(numpy_state)
 
 
+_LABEL_KEYS = ("label", "label_ids", "labels")  # what the default collators turn into the batch's `labels`
+
+
 def check_default_collation(name: str, dataset: Any) -> list[Problem]:
-    """Examples the default collators cannot batch into model inputs (raw text, a tuple, a dict of text only).
+    """Examples the default collators cannot batch into model inputs (raw text, a tuple, a dict of text only or of
+    text and labels only).
 
     Checked on the first example of a map-style dataset (read once, the random states kept), when the trainer
-    collates with its default collator (`default_data_collator`, or `DataCollatorWithPadding` with a tokenizer):
+    collates with a default collator, its pick or one passed (`default_data_collator`, `DataCollatorWithPadding`):
     both take dicts (or objects with attributes) of numbers, lists or tensors and drop text values, so such
     examples fail at the first step in the reference (`vars() argument must have __dict__ attribute`, or
     `forward() missing ... 'input_ids'`).
@@ -118,14 +122,21 @@ def check_default_collation(name: str, dataset: Any) -> list[Problem]:
         fields = example if isinstance(example, Mapping) else vars(example)
     except TypeError:
         fields = None
-    if fields is not None and any(value is not None and not isinstance(value, str) for value in fields.values()):
+    kept = [key for key, value in (fields or {}).items() if value is not None and not isinstance(value, str)]
+    if fields is not None and any(key not in _LABEL_KEYS for key in kept):
         return []
+    if fields is not None and kept and not any(isinstance(value, str) for value in fields.values()):
+        return []  # labels and nothing else, no text: a data set of its own kind (the model's error stays its own)
     kind = "text" if isinstance(example, (str, bytes)) else f"a {type(example).__name__}"
-    what = (
-        f"{kind}, not a dict of model inputs"
-        if fields is None
-        else f"{kind} with no model inputs (text values are dropped by the collator, leaving an empty batch)"
-    )
+    if fields is None:
+        what = f"{kind}, not a dict of model inputs"
+    elif kept:
+        what = (
+            f"{kind} of text and labels, with no model inputs (text values are dropped, or refused by the "
+            "tokenizer's `pad`, leaving labels alone)"
+        )
+    else:
+        what = f"{kind} with no model inputs (text values are dropped by the collator, leaving an empty batch)"
     return [
         Problem(
             name,
@@ -134,9 +145,6 @@ def check_default_collation(name: str, dataset: Any) -> list[Problem]:
             "that turns a list of them into a batch of tensors.",
         )
     ]
-
-
-_LABEL_KEYS = ("label", "label_ids", "labels")  # what the default collators turn into the batch's `labels`
 
 
 def check_train_labels(dataset: Any, label_names: list[str] | None, model: Any, loss_needs_labels: bool) -> list[Problem]:
@@ -239,7 +247,8 @@ def check_trainer_inputs(
     default_collator: bool = False,
 ) -> None:
     """Every problem of the arguments, the model and the datasets in one `InvalidArgumentsError`;
-    `default_collator`: the trainer collates with its default collator (no `data_collator` was given)."""
+    `default_collator`: the trainer collates with a default collator, its own pick or one passed as `data_collator`
+    (`hf_lightning.data.collate.collates_as_a_default`)."""
     problems = value_problems(args, with_loader_options=True)
     problems += check_neftune_embeddings(model, neftune_noise_alpha)
     problems += check_train_dataset(train_dataset)

@@ -44,7 +44,7 @@ from hf_lightning.checkpoint.output_folder import make_output_dir
 from hf_lightning.core.outputs import TrainOutput
 from hf_lightning.core.reference_logging import route_reference_lines
 from hf_lightning.core.seeding import seed_from_args
-from hf_lightning.data.collate import pick_default_collator
+from hf_lightning.data.collate import collates_as_a_default, pick_default_collator
 from hf_lightning.engine.accelerator import LightningAccelerator
 from hf_lightning.engine.input_checks import (
     check_constructor_arguments,
@@ -206,9 +206,8 @@ class HFLightningTrainer(
             own_scheduler=self.lr_scheduler is not None,
             neftune_noise_alpha=args.neftune_noise_alpha,
             eval_dataset=eval_dataset,
-            default_collator=data_collator is None,
+            default_collator=collates_as_a_default(self.data_collator),
         )
-        self._default_collator = self.data_collator if data_collator is None else None
 
         # Refusals of unsupported fields surface here, before any training starts.
         self.plan = translate(args)
@@ -433,9 +432,10 @@ class HFLightningTrainer(
         before.update({name: current[name] for name in read})
 
     def _check_train_labels(self) -> None:
-        """At `train()`: the first train example's labels, as the default collator will batch them, in one error
-        before training (a trainer built only to evaluate or predict may hold unlabelled train data)."""
-        if self._default_collator is None or self.data_collator is not self._default_collator:
+        """At `train()`: the first train example's labels, as a default collator (the trainer's pick, or one passed as
+        `data_collator`) will batch them, in one error before training (a trainer built only to evaluate or predict
+        may hold unlabelled train data)."""
+        if not collates_as_a_default(self.data_collator):
             return
         base_model = data_layer.unwrap_peft_model(self.model)
         if not hasattr(base_model, "config"):  # a plain module: its data is its author's, read only by training

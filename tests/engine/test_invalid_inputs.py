@@ -15,6 +15,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from hf_lightning import TrainingArguments
 from hf_lightning.args.validation import InvalidArgumentsError
+from hf_lightning.data.collate import default_data_collator as hf_lightning_default_collator
 from hf_lightning.trainer.trainer import HFLightningTrainer
 from tests.models import make_regression_mlp, regression_data
 
@@ -252,6 +253,10 @@ RAW_DATASETS = {
     "strings": (["the sky is blue", "the grass is green"], "'the sky is blue' is text, not a dict"),
     "dicts of text": ([{"text": "the sky is blue"}, {"text": "the grass is green"}], "{'text': 'the sky is blue'} is a dict with no model inputs"),
     "tuples": ([(torch.ones(4), torch.tensor(1.0))] * 2, "(tensor([1., 1., 1., 1.]), tensor(1.)) is a tuple, not"),
+    "text and labels": (
+        [{"text": "the sky is blue", "labels": 1.0}, {"text": "the grass is green", "labels": 0.0}],
+        "{'text': 'the sky is blue', 'labels': 1.0} is a dict of text and labels, with no model inputs",
+    ),
 }
 
 
@@ -355,6 +360,55 @@ def test_data_mistakes_the_first_example_shows_are_named_before_training(tmp_pat
     assert trainer.state.global_step == 0 and info.value.fields == ["train_dataset"]
     assert expected in str(info.value)
     assert ("label_names" in str(info.value)) if case == "no label column" else ("class_encode_column" in str(info.value))
+
+
+DEFAULT_COLLATORS = {
+    "transformers.default_data_collator": lambda: transformers.default_data_collator,
+    "transformers.DefaultDataCollator": lambda: transformers.DefaultDataCollator(),
+    "hf_lightning's default_data_collator": lambda: hf_lightning_default_collator,
+    "transformers.DataCollatorWithPadding": lambda: transformers.DataCollatorWithPadding(_word_tokenizer()),
+}
+
+
+def _word_tokenizer():
+    from tests.trl.tiny import make_tokenizer  # a word-level tokenizer built in-process
+
+    return make_tokenizer()
+
+
+@pytest.mark.parametrize("collator", list(DEFAULT_COLLATORS))
+def test_data_mistakes_are_named_before_training_when_a_default_collator_is_passed_too(tmp_path, collator):
+    """A default collator given as `data_collator=` (as tutorials do) batches the first example as the trainer's own
+    pick would: the reference fails at its first step, we name the data when the trainer is built or train() starts."""
+    from tests.models import make_tiny_bert_classifier
+
+    text_labels = _classification_rows(["positive", "negative", "positive", "negative"])
+    reference_args = _args(transformers.TrainingArguments, str(tmp_path / "ref"), max_steps=1)
+    with pytest.raises((ValueError, TypeError)) as reference:
+        transformers.Trainer(
+            model=make_tiny_bert_classifier(), args=reference_args, train_dataset=text_labels,
+            data_collator=DEFAULT_COLLATORS[collator](),
+        ).train()  # fmt: skip
+    assert "train_dataset" not in str(reference.value)
+    args = _args(TrainingArguments, str(tmp_path / "ours"), max_steps=1)
+    trainer = HFLightningTrainer(
+        model=make_tiny_bert_classifier(), args=args, train_dataset=text_labels, data_collator=DEFAULT_COLLATORS[collator]()
+    )
+    with pytest.raises(InvalidArgumentsError, match=r"train_dataset\[0\]\['label'\] = 'positive' is text"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+    unlabelled = _classification_rows([None] * 4)
+    trainer = HFLightningTrainer(
+        model=make_tiny_bert_classifier(), args=args, train_dataset=unlabelled, data_collator=DEFAULT_COLLATORS[collator]()
+    )
+    with pytest.raises(InvalidArgumentsError, match=r"train_dataset\[0\] has no 'labels' column"):
+        trainer.train()
+    raw = Texts(RAW_DATASETS["text and labels"][0])
+    with pytest.raises(InvalidArgumentsError) as info:
+        HFLightningTrainer(
+            model=make_regression_mlp(), args=args, train_dataset=raw, data_collator=DEFAULT_COLLATORS[collator]()
+        )
+    assert info.value.fields == ["train_dataset"]
 
 
 def test_labels_under_another_name_a_collator_or_a_loss_function_are_accepted(tmp_path):
