@@ -24,6 +24,7 @@ from hf_lightning.checkpoint.data_resume import plan_continuation, read_saved_po
 from hf_lightning.checkpoint.files import (
     checkpoint_problem,
     clean_scratch_folders,
+    list_checkpoints,
     newest_valid_checkpoint,
     resume_problem,
     rng_state_problem,
@@ -80,6 +81,18 @@ def _newest_complete_checkpoint(args: Any) -> str:
     if checkpoint is None:
         raise ValueError(f"No valid checkpoint found in output directory ({run_dir})")
     return checkpoint
+
+
+def _not_a_folder(checkpoint: str, output_dir: str) -> str:
+    """The reference's words for a resume path that is no folder, with why and the checkpoints there are."""
+    why = "it is a file, not a checkpoint folder" if os.path.exists(checkpoint) else "no such folder"
+    places = dict.fromkeys([os.path.dirname(os.path.normpath(checkpoint)) or ".", output_dir])
+    found = [path for place in places for _, path in list_checkpoints(place)]
+    there = f"checkpoints there are: {', '.join(found)}" if found else f"no checkpoint-N folder in {' or '.join(places)}"
+    return (
+        f"Can't find a valid checkpoint at {checkpoint} ({why}); {there}. Pass one of them, or "
+        "resume_from_checkpoint=True for the newest valid one in output_dir."
+    )
 
 
 def _refusal(checkpoint: str, problem: str) -> str:
@@ -277,6 +290,8 @@ class Resumer:
         # The strategy's files: FSDP loads into the wrapped model and DeepSpeed's engine its own checkpoint at train
         # start, one process or DDP reads model.safetensors now (strategies/checkpoint_io.py).
         io = trainer._checkpoint_io
+        if not os.path.isdir(checkpoint):
+            raise ValueError(_not_a_folder(checkpoint, args.output_dir))
         io.check_resumable(checkpoint)
         state_path = os.path.join(checkpoint, TRAINER_STATE_NAME)
         if not os.path.isfile(state_path):

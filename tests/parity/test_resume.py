@@ -621,3 +621,18 @@ def test_auto_find_batch_size_reuses_the_saved_batch_size_like_the_reference(tmp
         )
         sizes[library] = (resumed.trainer._train_batch_size, resumed.output.global_step)
     assert sizes["ours"] == sizes["reference"] == (2, 4)
+
+
+def test_a_resume_path_that_is_no_folder_is_named_with_the_checkpoints_there_are(tmp_path):
+    """The reference's words ("Can't find a valid checkpoint at"), then why and the checkpoint-N folders to pick from."""
+    dataset = classification_data(10)
+    train("ours", tmp_path, dataset, max_steps=2, save_steps=1)
+    missing = tmp_path / "checkpoint-999"
+    with pytest.raises(ValueError, match=r"Can't find a valid checkpoint at") as info:
+        train("ours", tmp_path, dataset, resume=str(missing), max_steps=2)
+    assert "no such folder" in str(info.value)
+    assert str(tmp_path / "checkpoint-1") in str(info.value) and str(tmp_path / "checkpoint-2") in str(info.value)
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a checkpoint")
+    with pytest.raises(ValueError, match=r"Can't find a valid checkpoint at .*it is a file, not a checkpoint folder"):
+        train("ours", tmp_path, dataset, resume=str(a_file), max_steps=2)
