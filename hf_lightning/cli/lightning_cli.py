@@ -520,7 +520,6 @@ def _save_plot(trainer: HFLightningTrainer) -> str | None:
     if not trainer.is_world_process_zero():
         return None
     try:
-
         path = save_training_plot(trainer.state.log_history, trainer.args.output_dir)
     except (ImportError, ValueError) as error:  # no matplotlib, or nothing was logged that can be plotted
         print(f"hf-lightning fit: warning: no training plot ({error})", file=sys.stderr, flush=True)
