@@ -202,11 +202,16 @@ def collates_as_a_default(collate_fn: Any) -> bool:
     is named before training. A user's own collator may map text or add labels, so it is not judged."""
     if collate_fn is default_data_collator or type(collate_fn) is DataCollatorWithPadding:
         return True
+    return _is_transformers_collator(collate_fn, _DEFAULT_TRANSFORMERS_COLLATORS)
+
+
+def _is_transformers_collator(collate_fn: Any, names: frozenset[str]) -> bool:
+    """An instance of one of transformers' collator classes, or one of its collator functions, named in `names`."""
     if type(collate_fn).__module__ == _TRANSFORMERS_COLLATORS:  # an instance of one of its collator classes
-        return type(collate_fn).__name__ in _DEFAULT_TRANSFORMERS_COLLATORS
+        return type(collate_fn).__name__ in names
     return (
         getattr(collate_fn, "__module__", None) == _TRANSFORMERS_COLLATORS
-        and getattr(collate_fn, "__name__", None) in _DEFAULT_TRANSFORMERS_COLLATORS
+        and getattr(collate_fn, "__name__", None) in names
     )
 
 
@@ -230,9 +235,4 @@ def collates_without_side_effects(collate_fn: Any) -> bool:
         return True
     if type(collate_fn) is DataCollatorWithPadding:
         return True
-    if type(collate_fn).__module__ == _TRANSFORMERS_COLLATORS:  # an instance of one of its collator classes
-        return type(collate_fn).__name__ in _READ_ONLY_TRANSFORMERS_COLLATORS
-    return (
-        getattr(collate_fn, "__module__", None) == _TRANSFORMERS_COLLATORS
-        and getattr(collate_fn, "__name__", None) in _READ_ONLY_TRANSFORMERS_COLLATORS
-    )
+    return _is_transformers_collator(collate_fn, _READ_ONLY_TRANSFORMERS_COLLATORS)
