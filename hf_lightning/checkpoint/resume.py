@@ -86,7 +86,9 @@ def _newest_complete_checkpoint(args: Any) -> str:
 def _not_a_folder(checkpoint: str, output_dir: str) -> str:
     """The reference's words for a resume path that is no folder, with why and the checkpoints there are."""
     why = "it is a file, not a checkpoint folder" if os.path.exists(checkpoint) else "no such folder"
-    places = dict.fromkeys([os.path.dirname(os.path.normpath(checkpoint)) or ".", output_dir])
+    # Each folder once, however it is spelt ("out/" as output_dir, "out/checkpoint-9" as the path).
+    beside = os.path.dirname(os.path.normpath(checkpoint)) or "."
+    places = dict.fromkeys(os.path.normpath(place) for place in (beside, output_dir))
     found = [path for place in places for _, path in list_checkpoints(place)]
     there = f"checkpoints there are: {', '.join(found)}" if found else f"no checkpoint-N folder in {' or '.join(places)}"
     return (

@@ -632,6 +632,9 @@ def test_a_resume_path_that_is_no_folder_is_named_with_the_checkpoints_there_are
         train("ours", tmp_path, dataset, resume=str(missing), max_steps=2)
     assert "no such folder" in str(info.value)
     assert str(tmp_path / "checkpoint-1") in str(info.value) and str(tmp_path / "checkpoint-2") in str(info.value)
+    with pytest.raises(ValueError, match=r"Can't find a valid checkpoint at") as info:  # output_dir spelt "out/"
+        train("ours", f"{tmp_path}{os.sep}", dataset, resume=str(missing), max_steps=2)
+    assert str(info.value).count(str(tmp_path / "checkpoint-1")) == 1
     a_file = tmp_path / "notes.txt"
     a_file.write_text("not a checkpoint")
     with pytest.raises(ValueError, match=r"Can't find a valid checkpoint at .*it is a file, not a checkpoint folder"):
