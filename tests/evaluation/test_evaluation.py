@@ -916,7 +916,6 @@ class Facade(EvaluationMixin):
         self.is_in_train = False
         self._telemetry = None  # the facade's when the telemetry is switched off
         self._memory_tracker = TrainerMemoryTracker(skip_memory_metrics=True)
-        self._telemetry = None
         self._training_run = None  # no train() running
 
     def get_test_dataloader(self, dataset):
