@@ -100,11 +100,13 @@ def build_parser() -> Any:
 def _subcommand_parser(name: str, help_text: str) -> Any:
     from typing import Optional, Union
 
-    import lightning.pytorch as pl
     from jsonargparse import ActionConfigFile, ArgumentParser
     from torch import nn
 
     # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
+    from hf_lightning.core.heavy_imports import import_lightning
+
+    pl = import_lightning()  # first, so that Lightning loads without full collections
     from hf_lightning.cli.data_sources import DataSource
     from hf_lightning.cli.help_text import HelpFormatter, describe_dataclass_options
     from hf_lightning.engine.lightning_bridge import SAFE_LIGHTNING_OVERRIDES

@@ -11,6 +11,8 @@ import random
 import numpy as np
 import torch
 
+from hf_lightning.core.heavy_imports import import_lightning
+
 _DETERMINISM_ENV = {
     "CUDA_LAUNCH_BLOCKING": "1",
     "CUBLAS_WORKSPACE_CONFIG": ":16:8",
@@ -44,8 +46,9 @@ def _import_engine() -> None:
 
     rich (imported by Lightning when installed) draws `random.getrandbits(24)` at import; imported first after
     the seeding, it would shift Python's `random` stream from the reference's for every collator using it.
+    The facade's first use of Lightning, so it loads here without the collector's full passes.
     """
-    import lightning.pytorch  # noqa: F401
+    import_lightning()
 
 
 def seed_from_args(args) -> None:
