@@ -1,11 +1,13 @@
 """Load Lightning (and what it pulls in: torchmetrics, torch._dynamo, transformers) without the collector's full passes.
 
-Importing several thousand modules allocates millions of long-lived objects, and each time they grow by a quarter
-Python's cyclic collector walks all of them again: about a quarter of the CPU the import takes (0.6 s of 2.5 s
-here), for cycles an import hardly ever leaves behind. Only the full (oldest-generation) passes are deferred; the
-young generations are still collected, so the import's short-lived cycles are freed as before and peak memory does
-not grow. The thresholds are restored as they were found once the first import is done
-(`benchmarks/README.md`, "CPU to the first step").
+Importing thousands of modules allocates hundreds of thousands of long-lived objects, and each time they grow by a
+quarter Python's cyclic collector walks all of them again: four full passes, 0.5 s of the 2.5 s of CPU that
+Lightning's import takes when it brings transformers in with it (through torchmetrics), for cycles an import hardly
+ever leaves behind. Only the full (oldest-generation) passes are deferred; the young generations are still collected,
+so the import's short-lived cycles are freed as before and peak memory does not grow. The thresholds are restored as
+they were found, and the collector then makes its one full pass over the grown heap as it would have. A script
+that imported transformers first saves little: Lightning's own import then crosses one full pass at most
+(`benchmarks/README.md`, "Won back at the first step").
 """
 
 from __future__ import annotations
