@@ -34,7 +34,7 @@ DRIFT = 1.2
 GUARDED = (
     ("cpu_ms_per_step", "transformers", 0.72),
     ("cpu_ms_per_step", "hand", 1.28),
-    ("first_step_cpu_s", "transformers", 0.82),
+    ("first_step_cpu_s", "transformers", 0.69),  # 0.82 until Lightning loaded without full collections
     ("peak_rss_mb", "transformers", 0.83),
 )
 
