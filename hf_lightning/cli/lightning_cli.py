@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from hf_lightning.args.training_args import Seq2SeqTrainingArguments, TrainingArguments
 from hf_lightning.cli.open_keywords import CONFIG_OPTIONS, MissingPackageError, load_config, route_argv
 from hf_lightning.cli.quick_help import args_help, quick_help
+from hf_lightning.core.heavy_imports import import_lightning
 from hf_lightning.integrations.plotting import save_training_plot
 
 if TYPE_CHECKING:
@@ -103,10 +104,8 @@ def _subcommand_parser(name: str, help_text: str) -> Any:
     from jsonargparse import ActionConfigFile, ArgumentParser
     from torch import nn
 
+    pl = import_lightning()  # before the modules below import it, so that it loads without full collections
     # lazy: the console script answers --help and `explain` before torch, Lightning or jsonargparse load
-    from hf_lightning.core.heavy_imports import import_lightning
-
-    pl = import_lightning()  # first, so that Lightning loads without full collections
     from hf_lightning.cli.data_sources import DataSource
     from hf_lightning.cli.help_text import HelpFormatter, describe_dataclass_options
     from hf_lightning.engine.lightning_bridge import SAFE_LIGHTNING_OVERRIDES
