@@ -7,9 +7,9 @@ Swap `from transformers import Trainer, TrainingArguments` for
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from hf_lightning.core.heavy_imports import import_once_deferred
 from hf_lightning.core.version import __version__
 
 _EXPORTS = {
@@ -64,7 +64,7 @@ def __getattr__(name: str) -> Any:
     module_name = _EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module 'hf_lightning' has no attribute {name!r}")
-    value = getattr(import_once_deferred(module_name), name)
+    value = getattr(importlib.import_module(module_name), name)
     globals()[name] = value
     return value
 
