@@ -16,6 +16,10 @@ from hf_lightning.core.heavy_imports import full_collections_deferred
 # CPython 3.10-3.13 with the GIL: a full pass whenever the oldest generation's threshold is crossed. 3.14's
 # incremental collector (and a free-threaded build's) has no such threshold, and the deferral changes nothing there.
 GENERATIONAL_COLLECTOR = sys.version_info < (3, 14) and not sysconfig.get_config_var("Py_GIL_DISABLED")
+# Every test reads the oldest threshold back, which such an interpreter does not keep.
+pytestmark = pytest.mark.skipif(
+    not GENERATIONAL_COLLECTOR, reason="no oldest-generation threshold on this interpreter"
+)
 
 # Counts the collections of each generation while `STATEMENT` runs in a fresh interpreter (torch loaded first, as
 # in every training script), and reports the thresholds before and after it.
@@ -49,7 +53,6 @@ def _collections_during(statement: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not GENERATIONAL_COLLECTOR, reason="no oldest-generation threshold on this interpreter")
 def test_the_first_import_at_the_seeding_makes_no_full_collection_and_restores_the_thresholds():
     plain = _collections_during("import lightning.pytorch")
     ours = _collections_during(
